@@ -1,0 +1,212 @@
+// Package client is the Go client of Locking-Center.
+//
+// Every call opens one TCP connection, sends one frame, reads the one-byte
+// answer and closes. Lock blocks until the key is granted; cancelling its
+// context closes the connection, and the server withdraws the waiter from
+// the queue, so giving up never leaves a ghost behind.
+//
+//	c := client.New("localhost:22119", client.WithSource("billing"))
+//	err := c.Do(ctx, "invoices/2026-11", func() error {
+//		return closeTheMonth()
+//	})
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/locking-center/locking-center/wire"
+)
+
+// Errors returned by the client. Compare with errors.Is.
+var (
+	// ErrLocked is returned by TryLock when someone else holds the key: the
+	// try was not won. Nothing is held.
+	ErrLocked = errors.New("locking-center: key is held by someone else")
+	// ErrReset is returned by Lock (and Wait, Do) when the server answered
+	// '-': the key or the caller's source was reset while it waited, or the
+	// server could not make the grant durable. Nothing is held.
+	ErrReset = errors.New("locking-center: lock refused (reset while waiting, or not durable)")
+	// ErrRefused is returned when the server answered '-' to Unlock, a reset
+	// or TryLock (for Unlock: the key was not held), and for requests the
+	// client will not send (empty or over-long key or source).
+	ErrRefused = errors.New("locking-center: refused")
+	// ErrUnreachable wraps every failure to talk to the server: the
+	// connection could not be made, broke, or closed without an answer.
+	ErrUnreachable = errors.New("locking-center: server unreachable")
+)
+
+// DefaultAddress is the server's default lock port.
+const DefaultAddress = "localhost:22119"
+
+// Client talks to one server. It holds no connection between calls and is
+// safe for concurrent use.
+type Client struct {
+	address     string
+	source      string
+	dialTimeout time.Duration
+	dialer      net.Dialer
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithSource names the requester (a service or host name, at most 127
+// bytes). Without it the server uses the client's IP address.
+func WithSource(source string) Option { return func(c *Client) { c.source = source } }
+
+// WithDialTimeout bounds each connection attempt (default 5s).
+func WithDialTimeout(d time.Duration) Option { return func(c *Client) { c.dialTimeout = d } }
+
+// New returns a client of the server at address (HOST:PORT).
+func New(address string, opts ...Option) *Client {
+	c := &Client{address: address, dialTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Source returns the source name the client sends ("" for the peer address).
+func (c *Client) Source() string { return c.source }
+
+// Lock waits until key is granted. It returns ErrReset when the server
+// refused (reset while waiting), ErrUnreachable, or ctx's error when ctx
+// ended first; the connection is then closed and the server withdraws the
+// waiter.
+func (c *Client) Lock(ctx context.Context, key string) error {
+	switch a, err := c.do(ctx, wire.Lock, key, c.source); {
+	case err != nil:
+		return err
+	case a == wire.AnswerOK:
+		return nil
+	case a == wire.AnswerFail:
+		return fmt.Errorf("lock %q: %w", key, ErrReset)
+	default:
+		return fmt.Errorf("lock %q: unexpected answer %q: %w", key, a, ErrUnreachable)
+	}
+}
+
+// TryLock takes key only if it is free now. It returns ErrLocked when
+// someone holds it.
+func (c *Client) TryLock(ctx context.Context, key string) error {
+	switch a, err := c.do(ctx, wire.TryLock, key, c.source); {
+	case err != nil:
+		return err
+	case a == wire.AnswerOK:
+		return nil
+	case a == wire.AnswerLocked:
+		return fmt.Errorf("trylock %q: %w", key, ErrLocked)
+	default:
+		return c.answer("trylock", key, a)
+	}
+}
+
+// Unlock releases key. It returns ErrRefused when the key was not held.
+func (c *Client) Unlock(ctx context.Context, key string) error {
+	a, err := c.do(ctx, wire.Unlock, key, c.source)
+	if err != nil {
+		return err
+	}
+	return c.answer("unlock", key, a)
+}
+
+// Wait waits for key's turn and releases it at once: it returns when
+// everyone queued before the caller is done.
+func (c *Client) Wait(ctx context.Context, key string) error {
+	if err := c.Lock(ctx, key); err != nil {
+		return err
+	}
+	return c.Unlock(context.WithoutCancel(ctx), key)
+}
+
+// ResetByKey drops key's holder and refuses all its waiters.
+func (c *Client) ResetByKey(ctx context.Context, key string) error {
+	a, err := c.do(ctx, wire.ResetByKey, key, "")
+	if err != nil {
+		return err
+	}
+	return c.answer("reset key", key, a)
+}
+
+// ResetBySource refuses every waiter of source and releases every key it
+// holds. An empty source means the client's own address, as the server
+// sees it.
+func (c *Client) ResetBySource(ctx context.Context, source string) error {
+	a, err := c.do(ctx, wire.ResetBySource, "", source)
+	if err != nil {
+		return err
+	}
+	return c.answer("reset source", source, a)
+}
+
+// Do runs fn while holding key: it locks, calls fn, and unlocks whatever fn
+// returns (the unlock is not cancelled by ctx). Errors of fn and of the
+// unlock are both returned.
+func (c *Client) Do(ctx context.Context, key string, fn func() error) error {
+	if err := c.Lock(ctx, key); err != nil {
+		return err
+	}
+	ferr := fn()
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return errors.Join(ferr, c.Unlock(uctx, key))
+}
+
+func (c *Client) answer(op, what string, a byte) error {
+	switch a {
+	case wire.AnswerOK:
+		return nil
+	case wire.AnswerFail:
+		return fmt.Errorf("%s %q: %w", op, what, ErrRefused)
+	}
+	return fmt.Errorf("%s %q: unexpected answer %q: %w", op, what, a, ErrUnreachable)
+}
+
+// do sends one frame and returns the answer byte.
+func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byte, error) {
+	f := wire.Frame{Action: a, Key: key, Source: source}
+	if err := f.Valid(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	var buf [wire.MaxFrame]byte
+	frame, _ := f.Append(buf[:0]) // Valid checked the lengths
+
+	dctx := ctx
+	if c.dialTimeout > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, c.dialTimeout)
+		defer cancel()
+	}
+	conn, err := c.dialer.DialContext(dctx, "tcp", c.address)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer conn.Close()
+	// Closing the connection is how a waiter leaves the queue.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	if _, err := conn.Write(frame); err != nil {
+		return 0, c.broken(ctx, err)
+	}
+	var ans [1]byte
+	if _, err := io.ReadFull(conn, ans[:]); err != nil {
+		return 0, c.broken(ctx, err)
+	}
+	return ans[0], nil
+}
+
+func (c *Client) broken(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %w", ErrUnreachable, err)
+}

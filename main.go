@@ -1,0 +1,236 @@
+// Command locking-center is a small distributed lock server: clients lock a
+// key over TCP, wait their turn in FIFO order, and unlock it when done. A
+// second port serves a dashboard, a JSON API and Prometheus metrics.
+//
+// This file is the whole wiring: configuration from the environment, the
+// lock engine, the write-ahead log, both listeners and the signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/wire"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "version", "-version", "--version":
+			fmt.Println("locking-center", version)
+			return
+		case "-h", "-help", "--help", "help":
+			fmt.Print(usage)
+			return
+		default:
+			fmt.Fprintf(os.Stderr, "locking-center: unknown command %q\n\n%s", os.Args[1], usage)
+			os.Exit(2)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	slog.SetDefault(logger)
+	if err := run(context.Background(), os.Getenv, logger, nil); err != nil {
+		logger.Error("locking-center stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `locking-center: a distributed lock server.
+
+Usage:
+  locking-center            run the server (configured by the environment)
+  locking-center version    print the version
+
+Environment:
+  BIND_ADDRESS     TCP lock protocol address            (default :22119)
+  WEB_ADDRESS      dashboard, JSON API, /metrics; "off"  (default :22120)
+  DATA_PATH        write-ahead log file; unset = memory only
+  STUCK_AFTER      a key held longer counts as stuck     (default 10m)
+  MAX_CONNECTIONS  concurrent TCP connections            (default 10000)
+  REQUEST_TIMEOUT  time for a client to send its frame   (default 10s)
+  WEB_PASSWORD     basic auth (user admin) on the web port, probes excepted
+`
+
+// ready is told the listeners' addresses once both listen; tests use it.
+type ready func(tcp, web net.Addr)
+
+// run serves until ctx ends or SIGTERM/SIGINT arrives, then shuts down
+// cleanly and returns nil.
+func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, onReady ready) error {
+	cfg, err := configFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+
+	table := locker.New(locker.Options{})
+	srv := &wire.Server{
+		Table:          table,
+		RequestTimeout: cfg.RequestTimeout,
+		MaxConnections: cfg.MaxConnections,
+		Logger:         logger,
+	}
+
+	tcpLn, err := net.Listen("tcp", cfg.BindAddress)
+	if err != nil {
+		return fmt.Errorf("BIND_ADDRESS: %w", err)
+	}
+	var webLn net.Listener
+	var web *http.Server
+	if cfg.WebAddress != "" {
+		if webLn, err = net.Listen("tcp", cfg.WebAddress); err != nil {
+			tcpLn.Close()
+			return fmt.Errorf("WEB_ADDRESS: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
+		web = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
+		"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
+			errc <- fmt.Errorf("lock protocol: %w", err)
+		}
+	})
+	if web != nil {
+		wg.Go(func() {
+			if err := web.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("web: %w", err)
+			}
+		})
+	}
+	if onReady != nil {
+		var wa net.Addr
+		if webLn != nil {
+			wa = webLn.Addr()
+		}
+		onReady(tcpLn.Addr(), wa)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case serveErr = <-errc:
+	}
+
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		logger.Warn("lock protocol shutdown", "err", err)
+	}
+	if web != nil {
+		if err := web.Shutdown(shutCtx); err != nil {
+			logger.Warn("web shutdown", "err", err)
+		}
+	}
+	wg.Wait()
+	logger.Info("stopped")
+	return serveErr
+}
+
+func addrOrOff(l net.Listener) string {
+	if l == nil {
+		return "off"
+	}
+	return l.Addr().String()
+}
+
+// config is the server's configuration (SPEC §2).
+type config struct {
+	BindAddress    string
+	WebAddress     string // "" when the web port is off
+	DataPath       string // "" keeps the lock table in memory only
+	StuckAfter     time.Duration
+	MaxConnections int
+	RequestTimeout time.Duration
+	WebPassword    string
+}
+
+// configFromEnv reads the configuration; every error names its variable.
+func configFromEnv(getenv func(string) string) (config, error) {
+	c := config{
+		BindAddress:    ":22119",
+		WebAddress:     ":22120",
+		StuckAfter:     10 * time.Minute,
+		MaxConnections: 10000,
+		RequestTimeout: 10 * time.Second,
+		DataPath:       getenv("DATA_PATH"),
+		WebPassword:    getenv("WEB_PASSWORD"),
+	}
+	var err error
+	if v := getenv("BIND_ADDRESS"); v != "" {
+		if err = checkAddress(v); err != nil {
+			return c, fmt.Errorf("BIND_ADDRESS=%q: %w", v, err)
+		}
+		c.BindAddress = v
+	}
+	switch v := getenv("WEB_ADDRESS"); v {
+	case "":
+	case "off":
+		c.WebAddress = ""
+	default:
+		if err = checkAddress(v); err != nil {
+			return c, fmt.Errorf("WEB_ADDRESS=%q: %w (or \"off\" to disable the web port)", v, err)
+		}
+		c.WebAddress = v
+	}
+	if c.StuckAfter, err = envDuration(getenv, "STUCK_AFTER", c.StuckAfter); err != nil {
+		return c, err
+	}
+	if c.RequestTimeout, err = envDuration(getenv, "REQUEST_TIMEOUT", c.RequestTimeout); err != nil {
+		return c, err
+	}
+	if v := getenv("MAX_CONNECTIONS"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 {
+			return c, fmt.Errorf("MAX_CONNECTIONS=%q: want a whole number of at least 1", v)
+		}
+		c.MaxConnections = n
+	}
+	return c, nil
+}
+
+func envDuration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return def, fmt.Errorf("%s=%q: want a positive duration such as 10s or 5m", name, v)
+	}
+	return d, nil
+}
+
+func checkAddress(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT or :PORT: %w", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}

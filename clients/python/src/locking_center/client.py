@@ -1,0 +1,254 @@
+"""Blocking client: one TCP connection per request."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Optional, Type
+
+from . import _protocol as proto
+from ._protocol import Action, Address, Text
+from .errors import (
+    LockCancelledError,
+    LockTimeoutError,
+    NotWonError,
+    RefusedError,
+    ResetWhileWaitingError,
+    UnreachableError,
+)
+
+__all__ = ["Client", "HeldLock"]
+
+# How often a waiting lock looks at its ``cancel`` event.
+_CANCEL_POLL = 0.05
+
+
+def _default_address() -> str:
+    return os.environ.get("LC_ADDRESS") or "localhost:%d" % proto.DEFAULT_PORT
+
+
+class HeldLock:
+    """A key this client was granted; a context manager that unlocks on exit.
+
+    Returned by :meth:`Client.lock` and :meth:`Client.lock_nowait`.  Leaving
+    the ``with`` block unlocks the key.  If the block raised, an unlock
+    failure is swallowed so the block's own exception propagates.
+    """
+
+    __slots__ = ("_client", "key", "_held")
+
+    def __init__(self, client: "Client", key: Text) -> None:
+        self._client = client
+        self.key = key
+        self._held = True
+
+    @property
+    def held(self) -> bool:
+        """True until :meth:`unlock` has been called (or the block left)."""
+        return self._held
+
+    def unlock(self) -> None:
+        """Release the key.  A second call does nothing."""
+        if not self._held:
+            return
+        self._held = False
+        self._client.unlock(self.key)
+
+    def __enter__(self) -> "HeldLock":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc_type is None:
+            self.unlock()
+            return
+        try:
+            self.unlock()
+        except Exception:  # keep the block's own exception
+            pass
+
+    def __repr__(self) -> str:
+        return "HeldLock(key=%r, held=%r)" % (self.key, self._held)
+
+
+class Client:
+    """Blocking Locking-Center client.
+
+    :param address: ``host:port`` of the server (default ``$LC_ADDRESS``,
+        then ``localhost:22119``).
+    :param source: who is asking, 0..127 bytes; empty lets the server use
+        this machine's IP address.
+    :param connect_timeout: seconds allowed to open a connection.
+    :param io_timeout: seconds allowed for a non-waiting request (unlock,
+        try-lock, resets) to be answered; ``None`` waits forever.
+
+    The client keeps no connection open between calls and can be shared
+    between threads.
+    """
+
+    def __init__(
+        self,
+        address: Optional[Address] = None,
+        source: Text = "",
+        *,
+        connect_timeout: float = 5.0,
+        io_timeout: Optional[float] = 30.0,
+    ) -> None:
+        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
+        self._source = source
+        proto.encode_source(source)  # refuse a bad source now, not at first use
+        self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
+
+    @property
+    def address(self) -> str:
+        host = "[%s]" % self._host if ":" in self._host else self._host
+        return "%s:%d" % (host, self._port)
+
+    @property
+    def source(self) -> Text:
+        return self._source
+
+    def __repr__(self) -> str:
+        return "Client(address=%r, source=%r)" % (self.address, self._source)
+
+    # -- the six requests -------------------------------------------------
+
+    def lock(
+        self,
+        key: Text,
+        *,
+        timeout: Optional[float] = None,
+        cancel: Optional[threading.Event] = None,
+    ) -> HeldLock:
+        """Wait for the key in FIFO order and hold it.
+
+        Returns a :class:`HeldLock`; use it as ``with client.lock(key):`` to
+        unlock when the block ends, or call its ``unlock()``.
+
+        :param timeout: seconds to wait at most; then the connection is closed
+            (the server withdraws the waiter) and :class:`LockTimeoutError`
+            is raised.
+        :param cancel: a :class:`threading.Event`; setting it from another
+            thread gives up the wait with :class:`LockCancelledError`.
+        :raises ResetWhileWaitingError: the key or source was reset meanwhile.
+        """
+        frame = proto.encode_frame(Action.LOCK, key, self._source)
+        answer = self._request(frame, timeout=timeout, cancel=cancel, waiting=True)
+        if proto.check_answer(answer, (proto.OK, proto.FAIL)) == proto.FAIL:
+            raise ResetWhileWaitingError("lock %r was answered '-': reset while waiting" % (key,))
+        return HeldLock(self, key)
+
+    def try_lock(self, key: Text) -> bool:
+        """Take the key if it is free right now; ``False`` if anyone holds it."""
+        frame = proto.encode_frame(Action.TRY_LOCK, key, self._source)
+        answer = proto.check_answer(self._request(frame), (proto.OK, proto.FAIL, proto.NOT_WON))
+        if answer == proto.FAIL:
+            raise RefusedError("try-lock %r was refused" % (key,))
+        return answer == proto.OK
+
+    def lock_nowait(self, key: Text) -> HeldLock:
+        """Scoped try-lock: like :meth:`try_lock` but returns a :class:`HeldLock`.
+
+        :raises NotWonError: someone holds the key.
+        """
+        if not self.try_lock(key):
+            raise NotWonError("key %r is held by someone else" % (key,))
+        return HeldLock(self, key)
+
+    def unlock(self, key: Text) -> None:
+        """Release the key.  :raises RefusedError: it was not held."""
+        frame = proto.encode_frame(Action.UNLOCK, key, self._source)
+        self._expect_ok(frame, "unlock %r" % (key,))
+
+    def wait(
+        self,
+        key: Text,
+        *,
+        timeout: Optional[float] = None,
+        cancel: Optional[threading.Event] = None,
+    ) -> None:
+        """Wait for one's turn on the key: lock it, then unlock it at once."""
+        self.lock(key, timeout=timeout, cancel=cancel).unlock()
+
+    def reset_by_key(self, key: Text) -> None:
+        """Drop the key's holder; every waiter on it gets '-'."""
+        frame = proto.encode_frame(Action.RESET_BY_KEY, key, self._source)
+        self._expect_ok(frame, "reset of key %r" % (key,))
+
+    def reset_by_source(self, source: Optional[Text] = None) -> None:
+        """Fail every waiter of ``source`` and release every key it holds.
+
+        ``source`` defaults to this client's own source (empty: the server
+        uses this machine's IP address).
+        """
+        src = self._source if source is None else source
+        frame = proto.encode_frame(Action.RESET_BY_SOURCE, b"", src)
+        self._expect_ok(frame, "reset of source %r" % (src,))
+
+    # -- transport ----------------------------------------------------------
+
+    def _expect_ok(self, frame: bytes, what: str) -> None:
+        if proto.check_answer(self._request(frame), (proto.OK, proto.FAIL)) == proto.FAIL:
+            raise RefusedError("%s was refused" % what)
+
+    def _request(
+        self,
+        frame: bytes,
+        *,
+        timeout: Optional[float] = None,
+        cancel: Optional[threading.Event] = None,
+        waiting: bool = False,
+    ) -> int:
+        """Connect, send ``frame`` in one write, read one byte, close."""
+        if not waiting:
+            timeout = self.io_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def expired() -> BaseException:
+            if waiting:
+                return LockTimeoutError("not granted within %gs" % timeout)
+            return UnreachableError("no answer from %s within %gs" % (self.address, timeout))
+
+        connect_timeout = self.connect_timeout
+        if deadline is not None:
+            connect_timeout = min(connect_timeout, max(deadline - time.monotonic(), 0.0))
+        try:
+            sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
+        except socket.timeout as e:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise expired() from e
+            raise UnreachableError("connecting to %s timed out" % self.address) from e
+        except OSError as e:
+            raise UnreachableError("cannot connect to %s: %s" % (self.address, e)) from e
+
+        with sock:
+            try:
+                sock.sendall(frame)
+            except OSError as e:
+                raise UnreachableError("sending to %s failed: %s" % (self.address, e)) from e
+            while True:
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise expired()
+                if cancel is not None:
+                    if cancel.is_set():
+                        raise LockCancelledError("lock request cancelled")
+                    wait = _CANCEL_POLL if wait is None else min(wait, _CANCEL_POLL)
+                sock.settimeout(wait)
+                try:
+                    data = sock.recv(1)
+                except socket.timeout:
+                    continue
+                except OSError as e:
+                    raise UnreachableError("connection to %s broke: %s" % (self.address, e)) from e
+                if not data:
+                    raise UnreachableError("%s closed the connection without an answer" % self.address)
+                return data[0]

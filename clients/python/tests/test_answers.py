@@ -1,0 +1,185 @@
+"""Answer mapping and transport rules, against a scripted in-process server."""
+
+import asyncio
+import socket
+import threading
+
+import pytest
+
+from locking_center import (
+    AsyncClient,
+    Client,
+    InvalidRequestError,
+    NotWonError,
+    ProtocolError,
+    RefusedError,
+    ResetWhileWaitingError,
+    UnreachableError,
+)
+
+from conftest import load_vectors, unused_address
+
+ANSWERS = {a["char"]: bytes.fromhex(a["hex"]) for a in load_vectors()["answers"]}
+
+
+class FakeServer:
+    """Answers each connection with the next scripted byte (None: close unanswered)."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.script = []
+        self.frames = []
+        self.half_closed = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _read_frame(self, conn):
+        buf = b""
+
+        def need(n):
+            nonlocal buf
+            while len(buf) < n:
+                chunk = conn.recv(256)
+                if not chunk:
+                    raise EOFError
+                buf += chunk
+
+        need(2)
+        need(2 + buf[1] + 1)
+        need(2 + buf[1] + 1 + buf[2 + buf[1]])
+        return buf
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    self.frames.append(self._read_frame(conn))
+                except EOFError:
+                    continue
+                conn.settimeout(0.05)
+                try:
+                    self.half_closed.append(conn.recv(1) == b"")
+                except socket.timeout:
+                    self.half_closed.append(False)
+                answer = self.script.pop(0) if self.script else None
+                if answer is not None:
+                    conn.sendall(answer)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def fake():
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+CASES = [
+    # (call, answer char, expected result or exception)
+    ("lock", "+", "held"),
+    ("lock", "-", ResetWhileWaitingError),
+    ("lock", "#", ProtocolError),
+    ("try_lock", "+", True),
+    ("try_lock", "#", False),
+    ("try_lock", "-", RefusedError),
+    ("lock_nowait", "#", NotWonError),
+    ("unlock", "+", None),
+    ("unlock", "-", RefusedError),
+    ("reset_by_key", "+", None),
+    ("reset_by_key", "-", RefusedError),
+    ("reset_by_source", "+", None),
+    ("reset_by_source", "-", RefusedError),
+]
+
+
+def call_sync(client, name):
+    fn = getattr(client, name)
+    if name == "reset_by_source":
+        return fn("svc-a")
+    result = fn("abc")
+    return "held" if name in ("lock", "lock_nowait") else result
+
+
+async def call_async(client, name):
+    fn = getattr(client, name)
+    if name == "reset_by_source":
+        return await fn("svc-a")
+    result = await fn("abc")
+    return "held" if name in ("lock", "lock_nowait") else result
+
+
+@pytest.mark.parametrize("name,char,expected", CASES, ids=lambda v: str(v))
+def test_sync_answer_mapping(fake, name, char, expected):
+    fake.script.append(ANSWERS[char])
+    client = Client(fake.address, source="svc-a")
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            call_sync(client, name)
+    else:
+        assert call_sync(client, name) == expected
+    assert fake.half_closed == [False], "client must not half-close before reading the answer"
+
+
+@pytest.mark.parametrize("name,char,expected", CASES, ids=lambda v: str(v))
+def test_async_answer_mapping(fake, name, char, expected):
+    fake.script.append(ANSWERS[char])
+    client = AsyncClient(fake.address, source="svc-a")
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            asyncio.run(call_async(client, name))
+    else:
+        assert asyncio.run(call_async(client, name)) == expected
+    assert fake.half_closed == [False]
+
+
+def test_frames_on_the_wire(fake):
+    fake.script += [ANSWERS["+"]] * 4
+    client = Client(fake.address, source="svc-a")
+    with client.lock("abc"):
+        pass
+    client.reset_by_source()
+    client.reset_by_key("abc")
+    assert [f.hex() for f in fake.frames] == [
+        "0103616263057376632d61",
+        "0203616263057376632d61",
+        "0400057376632d61",
+        "0303616263057376632d61",
+    ]
+
+
+def test_closed_without_answer_is_unreachable(fake):
+    with pytest.raises(UnreachableError):
+        Client(fake.address).unlock("abc")
+    with pytest.raises(UnreachableError):
+        asyncio.run(AsyncClient(fake.address).try_lock("abc"))
+
+
+def test_unreachable():
+    addr = unused_address()
+    with pytest.raises(UnreachableError):
+        Client(addr).try_lock("abc")
+    with pytest.raises(UnreachableError):
+        asyncio.run(AsyncClient(addr).try_lock("abc"))
+
+
+def test_validation_before_connecting():
+    addr = unused_address()  # nothing listens: a connection attempt would be UnreachableError
+    with pytest.raises(InvalidRequestError):
+        Client(addr).lock("k" * 128)
+    with pytest.raises(InvalidRequestError):
+        Client(addr).unlock("")
+    with pytest.raises(InvalidRequestError):
+        Client(addr, source="s" * 128)
+    with pytest.raises(InvalidRequestError):
+        Client(addr).reset_by_source("é" * 64)
+    with pytest.raises(InvalidRequestError):
+        AsyncClient(addr).lock("é" * 64)  # refused at the call, before any await
+    with pytest.raises(InvalidRequestError):
+        asyncio.run(AsyncClient(addr).try_lock(""))

@@ -1,0 +1,623 @@
+package io.lockingcenter;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Client of a Locking-Center server.
+ *
+ * <p>The address and the source are given once; every call then opens one TCP connection, writes one
+ * frame, reads the one-byte answer and closes. The client holds no connection and no state, so one
+ * instance can be shared by every thread.
+ *
+ * <pre>{@code
+ * LockingCenter lc = new LockingCenter("127.0.0.1:22119", "billing-worker");
+ * try (HeldLock held = lc.lock("invoices/2026-11")) {
+ *     // only one holder of the key at a time runs this
+ * }
+ * }</pre>
+ *
+ * <p>Giving up waiting: {@link #lock(String, Duration)} and {@link #waitFor(String, Duration)} take a
+ * timeout; blocking calls also give up when their thread is interrupted; the futures of the
+ * {@code ...Async} methods give up when cancelled or completed by anyone else (e.g. {@code orTimeout}).
+ * In every case the connection is closed, so the server withdraws the waiter.
+ *
+ * <p>Keys must be 1..127 bytes and sources 0..127 bytes once UTF-8 encoded; anything else raises
+ * {@link InvalidRequestException} before a connection is opened (the async methods return a future
+ * failed with it).
+ */
+public final class LockingCenter {
+    /** The server's default TCP port. */
+    public static final int DEFAULT_PORT = 22119;
+
+    private static final long NO_DEADLINE = Long.MAX_VALUE;
+    /** How often a blocked call looks at its thread's interrupt flag. */
+    private static final int POLL_MILLIS = 100;
+
+    private final String address;
+    private final String host;
+    private final int port;
+    private final String source;
+    private final Duration connectTimeout;
+    private final Duration requestTimeout;
+    private final Executor executor;
+
+    /** A client of the server at {@code address} ("host:port", "host", "[::1]:port") with an empty
+     *  source: the server then names the requester by its IP address. */
+    public LockingCenter(String address) {
+        this(builder().address(address));
+    }
+
+    /** A client of the server at {@code address} that names itself {@code source} (0..127 bytes). */
+    public LockingCenter(String address, String source) {
+        this(builder().address(address).source(source));
+    }
+
+    private LockingCenter(Builder b) {
+        this.address = b.address;
+        String[] hp = splitAddress(b.address);
+        this.host = hp[0];
+        this.port = Integer.parseInt(hp[1]);
+        Wire.sourceBytes(b.source);
+        this.source = b.source;
+        this.connectTimeout = b.connectTimeout;
+        this.requestTimeout = b.requestTimeout;
+        this.executor = b.executor != null ? b.executor : DefaultExecutor.INSTANCE;
+    }
+
+    /** A builder with the defaults: address {@code localhost:22119}, empty source, connect timeout
+     *  5 s, request timeout 30 s, a shared pool of daemon threads for the async calls. */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** The server address as given. */
+    public String address() {
+        return address;
+    }
+
+    /** The source this client names itself with ("" lets the server use the peer IP). */
+    public String source() {
+        return source;
+    }
+
+    // ---------------------------------------------------------------- blocking calls
+
+    /**
+     * Waits in FIFO order until the key is granted, and returns the held key; close it (or call
+     * {@link #unlock}) to release. Interrupting the thread gives up waiting.
+     *
+     * @throws ResetWhileWaitingException the key or source was reset while waiting (answer '-')
+     * @throws UnreachableException the server could not be reached or closed without an answer
+     * @throws LockInterruptedException the thread was interrupted; the waiter was withdrawn
+     * @throws InvalidRequestException the key is empty or longer than 127 bytes
+     */
+    public HeldLock lock(String key) {
+        return lockBlocking(key, null);
+    }
+
+    /**
+     * Like {@link #lock(String)} but gives up after {@code timeout} (connecting included).
+     *
+     * @throws LockTimeoutException the timeout passed; the connection was closed, so the server
+     *     withdrew the waiter
+     */
+    public HeldLock lock(String key, Duration timeout) {
+        return lockBlocking(key, positive(timeout));
+    }
+
+    /**
+     * Takes the key only if nobody holds it: {@code true} if it is now held by this client, {@code false}
+     * if someone else holds it (answer '#'). Never waits.
+     *
+     * @throws RefusedException the server answered '-'
+     */
+    public boolean tryLock(String key) {
+        byte[] frame = Wire.encode(Action.TRY_LOCK, key, source);
+        return tryResult(key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+    }
+
+    /**
+     * Scoped try-lock: returns the held key when the key was free, for try-with-resources.
+     *
+     * @throws NotWonException someone holds the key (answer '#')
+     * @throws RefusedException the server answered '-'
+     */
+    public HeldLock tryLockOrThrow(String key) {
+        if (!tryLock(key)) {
+            throw new NotWonException(key);
+        }
+        return new HeldLock(this, key);
+    }
+
+    /**
+     * Releases a key. Any client may release any key; the first live waiter is granted at once.
+     *
+     * @throws RefusedException the key was not held, or the release could not be recorded (answer '-')
+     */
+    public void unlock(String key) {
+        byte[] frame = Wire.encode(Action.UNLOCK, key, source);
+        okResult(Action.UNLOCK, key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+    }
+
+    /**
+     * Waits for one's turn on the key: locks it, then unlocks it at once.
+     *
+     * @throws ResetWhileWaitingException the key or source was reset while waiting
+     * @throws RefusedException the unlock that follows the grant was answered '-'
+     */
+    public void waitFor(String key) {
+        lockBlocking(key, null);
+        unlock(key);
+    }
+
+    /** Like {@link #waitFor(String)} but gives up after {@code timeout} with {@link LockTimeoutException}. */
+    public void waitFor(String key, Duration timeout) {
+        lockBlocking(key, positive(timeout));
+        unlock(key);
+    }
+
+    /**
+     * Drops the key's holder and answers '-' to every waiter of the key. Idempotent.
+     *
+     * @throws RefusedException the server answered '-'
+     */
+    public void resetByKey(String key) {
+        byte[] frame = Wire.encode(Action.RESET_BY_KEY, key, source);
+        okResult(Action.RESET_BY_KEY, key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+    }
+
+    /**
+     * Answers '-' to every waiter from {@code source} (on any key), then releases every key it holds.
+     * An empty source means the peer IP address of this connection.
+     *
+     * @throws RefusedException the server answered '-'
+     */
+    public void resetBySource(String source) {
+        byte[] frame = Wire.encode(Action.RESET_BY_SOURCE, "", source);
+        okResult(Action.RESET_BY_SOURCE, "", exchange(frame, "", new Call(), requestDeadline(), null, true));
+    }
+
+    /** Resets this client's own source (see {@link #resetBySource(String)}). */
+    public void resetBySource() {
+        resetBySource(source);
+    }
+
+    // ---------------------------------------------------------------- asynchronous calls
+
+    /**
+     * Asynchronous {@link #lock(String)}. Cancelling the returned future (or completing it in any other
+     * way, e.g. {@code orTimeout}) closes the connection, so the server withdraws the waiter; if the
+     * grant raced with the cancellation, the key is unlocked again. Futures derived from it with
+     * {@code thenApply} and the like do not pass a cancellation back: cancel this one.
+     */
+    public CompletableFuture<HeldLock> lockAsync(String key) {
+        return lockTask(key, null, false);
+    }
+
+    /** Asynchronous {@link #lock(String, Duration)}: the future fails with {@link LockTimeoutException}
+     *  when the timeout passes, and the waiter is withdrawn. */
+    public CompletableFuture<HeldLock> lockAsync(String key, Duration timeout) {
+        return lockTask(key, positive(timeout), false);
+    }
+
+    /** Asynchronous {@link #tryLock(String)}. */
+    public CompletableFuture<Boolean> tryLockAsync(String key) {
+        return submit(Action.TRY_LOCK, key, source, (f, b) -> f.complete(tryResult(key, b)));
+    }
+
+    /** Asynchronous {@link #unlock(String)}. */
+    public CompletableFuture<Void> unlockAsync(String key) {
+        return submit(Action.UNLOCK, key, source, (f, b) -> {
+            okResult(Action.UNLOCK, key, b);
+            f.complete(null);
+        });
+    }
+
+    /** Asynchronous {@link #waitFor(String)}; cancelling withdraws the waiter. */
+    public CompletableFuture<Void> waitForAsync(String key) {
+        return lockTask(key, null, true);
+    }
+
+    /** Asynchronous {@link #waitFor(String, Duration)}. */
+    public CompletableFuture<Void> waitForAsync(String key, Duration timeout) {
+        return lockTask(key, positive(timeout), true);
+    }
+
+    /** Asynchronous {@link #resetByKey(String)}. */
+    public CompletableFuture<Void> resetByKeyAsync(String key) {
+        return submit(Action.RESET_BY_KEY, key, source, (f, b) -> {
+            okResult(Action.RESET_BY_KEY, key, b);
+            f.complete(null);
+        });
+    }
+
+    /** Asynchronous {@link #resetBySource(String)}. */
+    public CompletableFuture<Void> resetBySourceAsync(String source) {
+        return submit(Action.RESET_BY_SOURCE, "", source, (f, b) -> {
+            okResult(Action.RESET_BY_SOURCE, "", b);
+            f.complete(null);
+        });
+    }
+
+    @Override
+    public String toString() {
+        return "LockingCenter[" + address + (source.isEmpty() ? "" : ", source=" + Wire.quote(source)) + "]";
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    private HeldLock lockBlocking(String key, Duration timeout) {
+        byte[] frame = Wire.encode(Action.LOCK, key, source);
+        long deadline = timeout == null ? NO_DEADLINE : System.nanoTime() + timeout.toNanos();
+        int answer = exchange(frame, key, new Call(), deadline, timeout, true);
+        return lockResult(key, answer);
+    }
+
+    /**
+     * Lock in the executor. With thenUnlock (waitFor) the future completes with null after the
+     * unlock; otherwise with the HeldLock.
+     */
+    private <T> CompletableFuture<T> lockTask(String key, Duration timeout, boolean thenUnlock) {
+        RequestFuture<T> future = new RequestFuture<>();
+        byte[] frame;
+        try {
+            frame = Wire.encode(Action.LOCK, key, source);
+        } catch (InvalidRequestException e) {
+            future.completeExceptionally(e);
+            return future;
+        }
+        if (timeout != null) {
+            Executor later = CompletableFuture.delayedExecutor(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            later.execute(() -> future.completeExceptionally(new LockTimeoutException(key, timeout)));
+        }
+        run(future, () -> {
+            int answer = exchange(frame, key, future.call, NO_DEADLINE, null, false);
+            HeldLock held = lockResult(key, answer);
+            if (thenUnlock) {
+                // The key is ours now: release it even if the caller has given up meanwhile.
+                unlock(key);
+                future.complete(null);
+            } else {
+                @SuppressWarnings("unchecked")
+                T value = (T) held;
+                if (!future.complete(value)) {
+                    // Granted just as the caller gave up: nobody will release it, so do it now.
+                    releaseQuietly(key);
+                }
+            }
+        });
+        return future;
+    }
+
+    private interface Completion<T> {
+        void accept(RequestFuture<T> future, int answer);
+    }
+
+    private <T> CompletableFuture<T> submit(Action action, String key, String src, Completion<T> done) {
+        RequestFuture<T> future = new RequestFuture<>();
+        byte[] frame;
+        try {
+            frame = Wire.encode(action, key, src);
+        } catch (InvalidRequestException e) {
+            future.completeExceptionally(e);
+            return future;
+        }
+        run(future, () -> done.accept(future, exchange(frame, key, future.call, requestDeadline(), null, false)));
+        return future;
+    }
+
+    private void run(CompletableFuture<?> future, Runnable task) {
+        try {
+            executor.execute(() -> {
+                try {
+                    task.run();
+                } catch (CancellationException e) {
+                    future.cancel(false);
+                } catch (Throwable e) {
+                    future.completeExceptionally(e);
+                }
+            });
+        } catch (RejectedExecutionException e) {
+            future.completeExceptionally(new LockingCenterException("executor rejected the request", e));
+        }
+    }
+
+    private void releaseQuietly(String key) {
+        try {
+            unlock(key);
+        } catch (LockingCenterException ignored) {
+            // best effort: the key may have been reset meanwhile
+        }
+    }
+
+    private long requestDeadline() {
+        return System.nanoTime() + requestTimeout.toNanos();
+    }
+
+    /**
+     * One request: connect, write the whole frame in one write, read exactly one byte, close. The
+     * write side is never shut down before the answer: the server would take that as a hang-up.
+     *
+     * @param deadline System.nanoTime() value after which the call gives up, or NO_DEADLINE
+     * @param timeout the caller's lock timeout (deadline expiry raises LockTimeoutException), or null
+     *     (expiry means the server stayed silent: UnreachableException)
+     * @param blocking true in the caller's thread: watch the interrupt flag
+     * @throws CancellationException when the call was aborted by another thread
+     */
+    private int exchange(byte[] frame, String key, Call call, long deadline, Duration timeout, boolean blocking) {
+        if (blocking && Thread.currentThread().isInterrupted()) {
+            throw interrupted(key);
+        }
+        InetSocketAddress target = new InetSocketAddress(host, port);
+        if (target.isUnresolved()) {
+            throw new UnreachableException("cannot resolve " + host, null);
+        }
+        Socket socket;
+        try {
+            socket = call.open();
+        } catch (IOException e) {
+            throw new CancellationException("request cancelled");
+        }
+        try {
+            socket.setTcpNoDelay(true);
+            long connectMillis = connectTimeout.toMillis();
+            boolean limitedByDeadline = false;
+            if (deadline != NO_DEADLINE) {
+                long left = remainingMillis(deadline);
+                if (left <= 0) {
+                    throw expired(key, timeout);
+                }
+                if (left < connectMillis) {
+                    connectMillis = left;
+                    limitedByDeadline = true;
+                }
+            }
+            try {
+                socket.connect(target, (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectMillis)));
+            } catch (SocketTimeoutException e) {
+                if (limitedByDeadline) {
+                    throw expired(key, timeout);
+                }
+                throw new UnreachableException("connect to " + address + " timed out after "
+                        + connectTimeout.toMillis() + " ms", e);
+            } catch (IOException e) {
+                throw lost(call, "cannot connect to " + address + ": " + e.getMessage(), e);
+            }
+            try {
+                socket.getOutputStream().write(frame);
+            } catch (IOException e) {
+                throw lost(call, "cannot send to " + address + ": " + e.getMessage(), e);
+            }
+            InputStream in;
+            try {
+                in = socket.getInputStream();
+            } catch (IOException e) {
+                throw lost(call, "cannot read from " + address + ": " + e.getMessage(), e);
+            }
+            while (true) {
+                long slice = blocking ? POLL_MILLIS : 0;
+                if (deadline != NO_DEADLINE) {
+                    long left = remainingMillis(deadline);
+                    if (left <= 0) {
+                        throw expired(key, timeout);
+                    }
+                    slice = slice == 0 ? left : Math.min(slice, left);
+                }
+                try {
+                    socket.setSoTimeout((int) Math.min(Integer.MAX_VALUE, slice));
+                    int b = in.read();
+                    if (b < 0) {
+                        throw lost(call, "server at " + address + " closed the connection without an answer", null);
+                    }
+                    return b;
+                } catch (SocketTimeoutException e) {
+                    if (blocking && Thread.currentThread().isInterrupted()) {
+                        throw interrupted(key);
+                    }
+                    // otherwise loop: the deadline check above decides
+                } catch (IOException e) {
+                    throw lost(call, "connection to " + address + " lost before the answer: " + e.getMessage(), e);
+                }
+            }
+        } catch (IOException e) {
+            throw lost(call, "socket error with " + address + ": " + e.getMessage(), e);
+        } finally {
+            try {
+                socket.close();
+            } catch (IOException ignored) {
+                // nothing more to do with this connection
+            }
+        }
+    }
+
+    private static long remainingMillis(long deadline) {
+        long nanos = deadline - System.nanoTime();
+        return nanos <= 0 ? 0 : Math.max(1, TimeUnit.NANOSECONDS.toMillis(nanos));
+    }
+
+    private RuntimeException expired(String key, Duration timeout) {
+        if (timeout != null) {
+            return new LockTimeoutException(key, timeout);
+        }
+        return new UnreachableException("no answer from " + address + " within " + requestTimeout.toMillis() + " ms", null);
+    }
+
+    private static RuntimeException interrupted(String key) {
+        Thread.currentThread().interrupt();
+        return new LockInterruptedException(key);
+    }
+
+    private static RuntimeException lost(Call call, String message, IOException cause) {
+        if (call.isAborted()) {
+            return new CancellationException("request cancelled");
+        }
+        return new UnreachableException(message, cause);
+    }
+
+    private HeldLock lockResult(String key, int answer) {
+        switch (answer) {
+            case Wire.OK:
+                return new HeldLock(this, key);
+            case Wire.FAIL:
+                throw new ResetWhileWaitingException(key);
+            default:
+                throw unexpected(Action.LOCK, answer);
+        }
+    }
+
+    private static boolean tryResult(String key, int answer) {
+        switch (answer) {
+            case Wire.OK:
+                return true;
+            case Wire.NOT_WON:
+                return false;
+            case Wire.FAIL:
+                throw new RefusedException("try-lock on key " + Wire.quote(key) + " was answered '-'");
+            default:
+                throw unexpected(Action.TRY_LOCK, answer);
+        }
+    }
+
+    private static void okResult(Action action, String key, int answer) {
+        if (answer == Wire.OK) {
+            return;
+        }
+        if (answer == Wire.FAIL) {
+            switch (action) {
+                case UNLOCK:
+                    throw new RefusedException("unlock of key " + Wire.quote(key)
+                            + " was answered '-' (not held, or the release could not be recorded)");
+                case RESET_BY_KEY:
+                    throw new RefusedException("reset of key " + Wire.quote(key) + " was answered '-'");
+                default:
+                    throw new RefusedException("reset by source was answered '-'");
+            }
+        }
+        throw unexpected(action, answer);
+    }
+
+    private static LockingCenterException unexpected(Action action, int answer) {
+        return new LockingCenterException("unexpected answer " + Wire.answer(answer) + " to " + action);
+    }
+
+    private static Duration positive(Duration timeout) {
+        Objects.requireNonNull(timeout, "timeout");
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("timeout must be positive (use tryLock not to wait)");
+        }
+        return timeout;
+    }
+
+    /** Splits "host:port", "host", "[v6]:port" or a bare IPv6 address into host and port. */
+    static String[] splitAddress(String address) {
+        if (address == null || address.isBlank()) {
+            throw new IllegalArgumentException("address must not be empty");
+        }
+        String a = address.trim();
+        String host;
+        String port = String.valueOf(DEFAULT_PORT);
+        if (a.startsWith("[")) {
+            int end = a.indexOf(']');
+            if (end < 0) {
+                throw new IllegalArgumentException("bad address " + address);
+            }
+            host = a.substring(1, end);
+            String rest = a.substring(end + 1);
+            if (!rest.isEmpty()) {
+                if (!rest.startsWith(":")) {
+                    throw new IllegalArgumentException("bad address " + address);
+                }
+                port = rest.substring(1);
+            }
+        } else if (a.indexOf(':') >= 0 && a.indexOf(':') == a.lastIndexOf(':')) {
+            host = a.substring(0, a.indexOf(':'));
+            port = a.substring(a.indexOf(':') + 1);
+        } else {
+            host = a; // a host name, or a bare IPv6 address without port
+        }
+        int p;
+        try {
+            p = Integer.parseInt(port);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("bad port in address " + address);
+        }
+        if (p < 1 || p > 65535 || host.isEmpty()) {
+            throw new IllegalArgumentException("bad address " + address);
+        }
+        return new String[] {host, String.valueOf(p)};
+    }
+
+    /** Builder of a {@link LockingCenter} client. */
+    public static final class Builder {
+        private String address = "localhost:" + DEFAULT_PORT;
+        private String source = "";
+        private Duration connectTimeout = Duration.ofSeconds(5);
+        private Duration requestTimeout = Duration.ofSeconds(30);
+        private Executor executor;
+
+        private Builder() {}
+
+        /** Server address: "host:port", "host" (port 22119) or "[::1]:port". */
+        public Builder address(String address) {
+            splitAddress(address);
+            this.address = address;
+            return this;
+        }
+
+        /** Name of the requester, 0..127 bytes; empty lets the server use the peer IP address. */
+        public Builder source(String source) {
+            this.source = source == null ? "" : source;
+            Wire.sourceBytes(this.source);
+            return this;
+        }
+
+        /** Time allowed to open a connection (default 5 s); past it the call raises
+         *  {@link UnreachableException}. */
+        public Builder connectTimeout(Duration timeout) {
+            this.connectTimeout = positive(timeout);
+            return this;
+        }
+
+        /** Time allowed for the answer to a request that never waits (unlock, try-lock, resets;
+         *  default 30 s); past it the call raises {@link UnreachableException}. */
+        public Builder requestTimeout(Duration timeout) {
+            this.requestTimeout = positive(timeout);
+            return this;
+        }
+
+        /** Executor that runs the async calls (each one blocks a thread while it waits); default a
+         *  shared pool of daemon threads. */
+        public Builder executor(Executor executor) {
+            this.executor = executor;
+            return this;
+        }
+
+        /** Builds the client. */
+        public LockingCenter build() {
+            return new LockingCenter(this);
+        }
+    }
+
+    private static final class DefaultExecutor {
+        private static final AtomicInteger COUNT = new AtomicInteger();
+        static final ExecutorService INSTANCE = Executors.newCachedThreadPool(r -> {
+            Thread t = new Thread(r, "locking-center-" + COUNT.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        });
+    }
+}

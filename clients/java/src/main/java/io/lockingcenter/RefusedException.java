@@ -1,0 +1,15 @@
+package io.lockingcenter;
+
+/**
+ * The server answered {@code '-'} to an unlock, reset or try-lock (for unlock: the key was not held, or
+ * the release could not be recorded). Its subclass {@link InvalidRequestException} covers input the
+ * client refuses itself, before connecting.
+ */
+public class RefusedException extends LockingCenterException {
+    private static final long serialVersionUID = 1L;
+
+    /** Creates the exception with a message. */
+    public RefusedException(String message) {
+        super(message);
+    }
+}

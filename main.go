@@ -33,6 +33,8 @@ func main() {
 		case "version", "-version", "--version":
 			fmt.Println("locking-center", version)
 			return
+		case "healthcheck":
+			os.Exit(healthcheck(os.Getenv))
 		case "-h", "-help", "--help", "help":
 			fmt.Print(usage)
 			return
@@ -54,6 +56,7 @@ const usage = `locking-center: a distributed lock server.
 Usage:
   locking-center            run the server (configured by the environment)
   locking-center version    print the version
+  locking-center healthcheck  exit 0 if the local server's /readyz answers 200
 
 Environment:
   BIND_ADDRESS     TCP lock protocol address            (default :22119)
@@ -148,6 +151,36 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	wg.Wait()
 	logger.Info("stopped")
 	return serveErr
+}
+
+// healthcheck GETs /readyz on the web port named by the environment and
+// returns the exit status: 0 on 200, 1 otherwise. It is the container
+// HEALTHCHECK, because distroless and scratch images have no curl.
+func healthcheck(getenv func(string) string) int {
+	cfg, err := configFromEnv(getenv)
+	if err == nil && cfg.WebAddress == "" {
+		err = errors.New("WEB_ADDRESS is off: nothing to probe")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "healthcheck:", err)
+		return 1
+	}
+	host, port, _ := net.SplitHostPort(cfg.WebAddress) // checked by configFromEnv
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // a wildcard listener answers on loopback
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "healthcheck:", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(os.Stderr, "healthcheck: %s answered %s\n", url, resp.Status)
+		return 1
+	}
+	return 0
 }
 
 func addrOrOff(l net.Listener) string {

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// buildBinary builds the real locking-center binary once per test run, so
+// the healthcheck is exercised exactly as a container HEALTHCHECK runs it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go tool not on PATH: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "locking-center")
+	out, err := exec.Command(gotool, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runHealthcheck runs `locking-center healthcheck` with only WEB_ADDRESS set
+// and returns its exit status and stderr.
+func runHealthcheck(t *testing.T, bin, webAddress string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "healthcheck")
+	cmd.Env = []string{"WEB_ADDRESS=" + webAddress}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stderr.String()
+	default:
+		t.Fatalf("run healthcheck: %v", err)
+		return -1, ""
+	}
+}
+
+// startServer runs the server in-process on free loopback ports and returns
+// its web address and a function that stops it and waits for run to return.
+func startServer(t *testing.T) (web net.Addr, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env := map[string]string{"BIND_ADDRESS": "127.0.0.1:0", "WEB_ADDRESS": "127.0.0.1:0"}
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			func(_, w net.Addr) { addrs <- w })
+	}()
+	select {
+	case web = <-addrs:
+	case err := <-done:
+		cancel()
+		t.Fatalf("server did not start: %v", err)
+	}
+	return web, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+}
+
+func TestHealthcheckSubcommand(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	bin := buildBinary(t)
+	web, stop := startServer(t)
+	_, port, err := net.SplitHostPort(web.String())
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+
+	// Readiness may follow the log replay, so wait for it instead of
+	// expecting it at once; a server that never gets ready fails here.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, stderr := runHealthcheck(t, bin, web.String())
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("healthcheck against a running server: exit %d, stderr %q", code, stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The image's default WEB_ADDRESS has no host: the probe must use loopback.
+	if code, stderr := runHealthcheck(t, bin, ":"+port); code != 0 {
+		t.Errorf("WEB_ADDRESS=:%s: exit %d, stderr %q", port, code, stderr)
+	}
+	if code, stderr := runHealthcheck(t, bin, "0.0.0.0:"+port); code != 0 {
+		t.Errorf("WEB_ADDRESS=0.0.0.0:%s: exit %d, stderr %q", port, code, stderr)
+	}
+
+	stop()
+	if code, _ := runHealthcheck(t, bin, web.String()); code != 1 {
+		t.Errorf("healthcheck against a stopped server: exit %d, want 1", code)
+	}
+
+	t.Run("not ready", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/readyz" {
+				t.Errorf("healthcheck asked for %s, want /readyz", r.URL.Path)
+			}
+			http.Error(w, "replaying", http.StatusServiceUnavailable)
+		}))
+		defer srv.Close()
+		code, stderr := runHealthcheck(t, bin, srv.Listener.Addr().String())
+		if code != 1 || !strings.Contains(stderr, "503") {
+			t.Errorf("healthcheck against a 503 /readyz: exit %d, stderr %q; want 1 and the status", code, stderr)
+		}
+	})
+
+	t.Run("web off", func(t *testing.T) {
+		code, stderr := runHealthcheck(t, bin, "off")
+		if code != 1 || !strings.Contains(stderr, "WEB_ADDRESS") {
+			t.Errorf("WEB_ADDRESS=off: exit %d, stderr %q; want 1 and a message naming WEB_ADDRESS", code, stderr)
+		}
+	})
+
+	t.Run("bad address", func(t *testing.T) {
+		code, stderr := runHealthcheck(t, bin, "nonsense")
+		if code != 1 || !strings.Contains(stderr, "WEB_ADDRESS") {
+			t.Errorf("WEB_ADDRESS=nonsense: exit %d, stderr %q; want 1 and a message naming WEB_ADDRESS", code, stderr)
+		}
+	})
+}

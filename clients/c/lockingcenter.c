@@ -1,0 +1,561 @@
+/*
+ * lockingcenter.c - C client for the Locking-Center lock server.
+ * See lockingcenter.h for the API and its contract.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "lockingcenter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef MSG_NOSIGNAL
+#define LC_SEND_FLAGS MSG_NOSIGNAL
+#else
+#define LC_SEND_FLAGS 0
+#endif
+
+#define LC_DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define LC_DEFAULT_IO_TIMEOUT_MS 10000
+
+/* No deadline. */
+#define NO_DEADLINE INT64_MAX
+
+const char *lc_strerror(lc_err err) {
+    switch (err) {
+    case LC_OK: return "success";
+    case LC_ERR_NOT_WON: return "key is held by someone else (try-lock not won)";
+    case LC_ERR_RESET: return "key or source was reset while waiting";
+    case LC_ERR_REFUSED: return "server refused the request";
+    case LC_ERR_INVALID: return "invalid argument (nothing was sent)";
+    case LC_ERR_UNREACHABLE: return "server unreachable or connection closed without an answer";
+    case LC_ERR_TIMEOUT: return "timed out";
+    case LC_ERR_CANCELED: return "canceled";
+    case LC_ERR_PROTOCOL: return "unexpected answer from the server";
+    case LC_ERR_SYSTEM: return "local system error";
+    }
+    return "unknown error";
+}
+
+/* ---- address ---------------------------------------------------------- */
+
+static bool valid_port(const char *p, size_t n) {
+    if (n == 0 || n > 5) {
+        return false;
+    }
+    unsigned long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') {
+            return false;
+        }
+        v = v * 10 + (unsigned long)(p[i] - '0');
+    }
+    return v >= 1 && v <= 65535;
+}
+
+static bool copy_part(char *dst, size_t cap, const char *src, size_t n) {
+    if (n == 0 || n >= cap) {
+        return false;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return true;
+}
+
+lc_err lc_client_init(lc_client *c, const char *address, const char *source) {
+    if (c == NULL) {
+        return LC_ERR_INVALID;
+    }
+    memset(c, 0, sizeof *c);
+    c->connect_timeout_ms = LC_DEFAULT_CONNECT_TIMEOUT_MS;
+    c->io_timeout_ms = LC_DEFAULT_IO_TIMEOUT_MS;
+
+    if (source == NULL) {
+        source = "";
+    }
+    size_t slen = strlen(source);
+    if (slen > LC_MAX_NAME) {
+        return LC_ERR_INVALID;
+    }
+    memcpy(c->source, source, slen + 1);
+
+    if (address == NULL || address[0] == '\0') {
+        address = "localhost";
+    }
+    const char *host = address, *port = LC_DEFAULT_PORT;
+    size_t hlen, plen = strlen(LC_DEFAULT_PORT);
+    if (address[0] == '[') {
+        const char *close = strchr(address, ']');
+        if (close == NULL) {
+            return LC_ERR_INVALID;
+        }
+        host = address + 1;
+        hlen = (size_t)(close - host);
+        if (close[1] == ':') {
+            port = close + 2;
+            plen = strlen(port);
+        } else if (close[1] != '\0') {
+            return LC_ERR_INVALID;
+        }
+    } else {
+        const char *colon = strchr(address, ':');
+        if (colon != NULL && strchr(colon + 1, ':') == NULL) {
+            hlen = (size_t)(colon - address);
+            port = colon + 1;
+            plen = strlen(port);
+        } else {
+            hlen = strlen(address); /* no port, or a bare IPv6 address */
+        }
+    }
+    if (!copy_part(c->host, sizeof c->host, host, hlen) || !valid_port(port, plen) ||
+        !copy_part(c->port, sizeof c->port, port, plen)) {
+        memset(c->host, 0, sizeof c->host);
+        return LC_ERR_INVALID;
+    }
+    return LC_OK;
+}
+
+/* ---- cancel token ------------------------------------------------------ */
+
+static int set_flags(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        return -1;
+    }
+    int fdfl = fcntl(fd, F_GETFD);
+    if (fdfl < 0 || fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+lc_err lc_cancel_init(lc_cancel *t) {
+    if (t == NULL) {
+        return LC_ERR_INVALID;
+    }
+    t->fds[0] = t->fds[1] = -1;
+    if (pipe(t->fds) != 0) {
+        t->fds[0] = t->fds[1] = -1;
+        return LC_ERR_SYSTEM;
+    }
+    if (set_flags(t->fds[0]) != 0 || set_flags(t->fds[1]) != 0) {
+        int saved = errno;
+        lc_cancel_destroy(t);
+        errno = saved;
+        return LC_ERR_SYSTEM;
+    }
+    return LC_OK;
+}
+
+void lc_cancel_trigger(lc_cancel *t) {
+    if (t == NULL || t->fds[1] < 0) {
+        return;
+    }
+    int saved = errno;
+    /* A full pipe (EAGAIN) means it is already triggered. */
+    ssize_t n = write(t->fds[1], "x", 1);
+    (void)n;
+    errno = saved;
+}
+
+bool lc_cancel_triggered(const lc_cancel *t) {
+    if (t == NULL || t->fds[0] < 0) {
+        return false;
+    }
+    struct pollfd p = {.fd = t->fds[0], .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+void lc_cancel_reset(lc_cancel *t) {
+    if (t == NULL || t->fds[0] < 0) {
+        return;
+    }
+    char buf[64];
+    while (read(t->fds[0], buf, sizeof buf) > 0) {
+    }
+}
+
+void lc_cancel_destroy(lc_cancel *t) {
+    if (t == NULL) {
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (t->fds[i] >= 0) {
+            close(t->fds[i]);
+            t->fds[i] = -1;
+        }
+    }
+}
+
+/* ---- frame ------------------------------------------------------------- */
+
+lc_err lc_encode(uint8_t *buf, size_t cap, size_t *len, int action, const char *key,
+                 const char *source) {
+    if (buf == NULL || len == NULL || action < LC_ACTION_LOCK || action > LC_ACTION_TRYLOCK) {
+        return LC_ERR_INVALID;
+    }
+    if (key == NULL) {
+        key = "";
+    }
+    if (source == NULL) {
+        source = "";
+    }
+    size_t klen = strlen(key), slen = strlen(source);
+    if (klen > LC_MAX_NAME || slen > LC_MAX_NAME) {
+        return LC_ERR_INVALID;
+    }
+    if (klen == 0 && action != LC_ACTION_RESET_BY_SOURCE) {
+        return LC_ERR_INVALID;
+    }
+    size_t n = 3 + klen + slen;
+    if (cap < n) {
+        return LC_ERR_INVALID;
+    }
+    buf[0] = (uint8_t)action;
+    buf[1] = (uint8_t)klen;
+    memcpy(buf + 2, key, klen);
+    buf[2 + klen] = (uint8_t)slen;
+    memcpy(buf + 3 + klen, source, slen);
+    *len = n;
+    return LC_OK;
+}
+
+/* ---- time and poll ----------------------------------------------------- */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_after(int timeout_ms) {
+    return timeout_ms > 0 ? now_ms() + timeout_ms : NO_DEADLINE;
+}
+
+/*
+ * Waits until fd has events, the deadline passes or the token triggers.
+ * Returns LC_OK (fd ready), LC_ERR_TIMEOUT, LC_ERR_CANCELED or LC_ERR_SYSTEM.
+ */
+static lc_err wait_fd(int fd, short events, int64_t deadline, const lc_cancel *cancel) {
+    for (;;) {
+        int wait = -1;
+        if (deadline != NO_DEADLINE) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0) {
+                return LC_ERR_TIMEOUT;
+            }
+            wait = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = -1}};
+        nfds_t n = 1;
+        if (cancel != NULL && cancel->fds[0] >= 0) {
+            p[1].fd = cancel->fds[0];
+            p[1].events = POLLIN;
+            n = 2;
+        }
+        int r = poll(p, n, wait);
+        if (r < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return LC_ERR_SYSTEM;
+        }
+        if (r == 0) {
+            continue; /* loop re-checks the deadline */
+        }
+        if (p[0].revents != 0) {
+            return LC_OK;
+        }
+        if (n == 2 && p[1].revents != 0) {
+            return LC_ERR_CANCELED;
+        }
+    }
+}
+
+static void close_keep_errno(int fd) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+}
+
+/*
+ * Connects to the client's address before the earlier of the connect
+ * timeout and the call's deadline. Returns LC_OK with *out set, or an error.
+ */
+static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel, int *out) {
+    int64_t cdeadline = deadline_after(c->connect_timeout_ms);
+    bool call_deadline_first = deadline < cdeadline;
+    if (call_deadline_first) {
+        cdeadline = deadline;
+    }
+
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(c->host, c->port, &hints, &res);
+    if (gai != 0) {
+        errno = gai == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        return LC_ERR_UNREACHABLE;
+    }
+
+    lc_err result = LC_ERR_UNREACHABLE;
+    int last_errno = ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        if (set_flags(fd) != 0) {
+            last_errno = errno;
+            close(fd);
+            continue;
+        }
+#ifdef SO_NOSIGPIPE
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+#endif
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno != EINPROGRESS && errno != EINTR) {
+            last_errno = errno;
+            close(fd);
+            continue;
+        }
+        if (rc != 0) {
+            lc_err w = wait_fd(fd, POLLOUT, cdeadline, cancel);
+            if (w == LC_ERR_TIMEOUT) {
+                close(fd);
+                result = call_deadline_first ? LC_ERR_TIMEOUT : LC_ERR_UNREACHABLE;
+                last_errno = ETIMEDOUT;
+                break;
+            }
+            if (w != LC_OK) {
+                close_keep_errno(fd);
+                result = w;
+                last_errno = errno;
+                break;
+            }
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) {
+                soerr = errno;
+            }
+            if (soerr != 0) {
+                last_errno = soerr;
+                close(fd);
+                continue;
+            }
+        }
+        freeaddrinfo(res);
+        *out = fd;
+        return LC_OK;
+    }
+    freeaddrinfo(res);
+    errno = last_errno;
+    return result;
+}
+
+/*
+ * One request: connect, write the frame in one write, read one byte, close.
+ * timeout_ms bounds the whole call (0: no limit). On timeout or cancel the
+ * socket is closed, which withdraws a waiting lock on the server.
+ */
+static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, int timeout_ms,
+                        const lc_cancel *cancel, uint8_t *answer) {
+    if (c == NULL || c->host[0] == '\0') {
+        return LC_ERR_INVALID;
+    }
+    if (cancel != NULL && lc_cancel_triggered(cancel)) {
+        return LC_ERR_CANCELED;
+    }
+    int64_t deadline = deadline_after(timeout_ms);
+    int fd = -1;
+    lc_err e = dial(c, deadline, cancel, &fd);
+    if (e != LC_OK) {
+        return e;
+    }
+
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, frame + off, len - off, LC_SEND_FLAGS);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            e = wait_fd(fd, POLLOUT, deadline, cancel);
+            if (e != LC_OK) {
+                close_keep_errno(fd);
+                return e;
+            }
+            continue;
+        }
+        close_keep_errno(fd);
+        return LC_ERR_UNREACHABLE;
+    }
+
+    for (;;) {
+        e = wait_fd(fd, POLLIN, deadline, cancel);
+        if (e != LC_OK) {
+            /* Giving up. If the answer has just arrived, it still counts: a
+             * granted key must not be reported as not granted. */
+            int saved = errno;
+            ssize_t n = recv(fd, answer, 1, 0);
+            close(fd);
+            errno = saved;
+            return n == 1 ? LC_OK : e;
+        }
+        ssize_t n = recv(fd, answer, 1, 0);
+        if (n == 1) {
+            close(fd);
+            return LC_OK;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+            continue;
+        }
+        if (n == 0) {
+            errno = ECONNRESET;
+        }
+        close_keep_errno(fd);
+        return LC_ERR_UNREACHABLE;
+    }
+}
+
+static lc_err request(const lc_client *c, int action, const char *key, const char *source,
+                      int timeout_ms, const lc_cancel *cancel, uint8_t *answer) {
+    uint8_t frame[LC_MAX_FRAME];
+    size_t len = 0;
+    if (c == NULL) {
+        return LC_ERR_INVALID;
+    }
+    if (key == NULL && action != LC_ACTION_RESET_BY_SOURCE) {
+        return LC_ERR_INVALID;
+    }
+    lc_err e = lc_encode(frame, sizeof frame, &len, action, key, source);
+    if (e != LC_OK) {
+        return e;
+    }
+    return roundtrip(c, frame, len, timeout_ms, cancel, answer);
+}
+
+/* ---- actions ----------------------------------------------------------- */
+
+lc_err lc_lock(const lc_client *c, const char *key, int timeout_ms, lc_cancel *cancel) {
+    uint8_t a = 0;
+    lc_err e = request(c, LC_ACTION_LOCK, key, c ? c->source : NULL, timeout_ms, cancel, &a);
+    if (e != LC_OK) {
+        return e;
+    }
+    switch (a) {
+    case '+': return LC_OK;
+    case '-': return LC_ERR_RESET;
+    default: return LC_ERR_PROTOCOL;
+    }
+}
+
+lc_err lc_trylock(const lc_client *c, const char *key, bool *won) {
+    uint8_t a = 0;
+    if (won == NULL) {
+        return LC_ERR_INVALID;
+    }
+    *won = false;
+    lc_err e = request(c, LC_ACTION_TRYLOCK, key, c ? c->source : NULL,
+                       c ? c->io_timeout_ms : 0, NULL, &a);
+    if (e != LC_OK) {
+        return e;
+    }
+    switch (a) {
+    case '+': *won = true; return LC_OK;
+    case '#': return LC_OK;
+    case '-': return LC_ERR_REFUSED;
+    default: return LC_ERR_PROTOCOL;
+    }
+}
+
+static lc_err simple(const lc_client *c, int action, const char *key, const char *source) {
+    uint8_t a = 0;
+    lc_err e = request(c, action, key, source, c ? c->io_timeout_ms : 0, NULL, &a);
+    if (e != LC_OK) {
+        return e;
+    }
+    switch (a) {
+    case '+': return LC_OK;
+    case '-': return LC_ERR_REFUSED;
+    default: return LC_ERR_PROTOCOL;
+    }
+}
+
+lc_err lc_unlock(const lc_client *c, const char *key) {
+    return simple(c, LC_ACTION_UNLOCK, key, c ? c->source : NULL);
+}
+
+lc_err lc_wait(const lc_client *c, const char *key, int timeout_ms, lc_cancel *cancel) {
+    lc_err e = lc_lock(c, key, timeout_ms, cancel);
+    if (e != LC_OK) {
+        return e;
+    }
+    e = lc_unlock(c, key);
+    /* '-' here means someone reset the key after our turn came: our turn
+     * still came, which is all a wait promises. */
+    return e == LC_ERR_REFUSED ? LC_OK : e;
+}
+
+lc_err lc_reset_key(const lc_client *c, const char *key) {
+    return simple(c, LC_ACTION_RESET_BY_KEY, key, "");
+}
+
+lc_err lc_reset_source(const lc_client *c, const char *source) {
+    if (c == NULL) {
+        return LC_ERR_INVALID;
+    }
+    return simple(c, LC_ACTION_RESET_BY_SOURCE, "", source ? source : c->source);
+}
+
+lc_err lc_with_lock(const lc_client *c, const char *key, int timeout_ms, lc_cancel *cancel,
+                    lc_locked_fn fn, void *arg, int *fn_result) {
+    if (fn == NULL) {
+        return LC_ERR_INVALID;
+    }
+    lc_err e = lc_lock(c, key, timeout_ms, cancel);
+    if (e != LC_OK) {
+        return e;
+    }
+    int r = fn(arg);
+    if (fn_result != NULL) {
+        *fn_result = r;
+    }
+    return lc_unlock(c, key);
+}
+
+lc_err lc_with_trylock(const lc_client *c, const char *key, lc_locked_fn fn, void *arg,
+                       int *fn_result) {
+    bool won = false;
+    if (fn == NULL) {
+        return LC_ERR_INVALID;
+    }
+    lc_err e = lc_trylock(c, key, &won);
+    if (e != LC_OK) {
+        return e;
+    }
+    if (!won) {
+        return LC_ERR_NOT_WON;
+    }
+    int r = fn(arg);
+    if (fn_result != NULL) {
+        *fn_result = r;
+    }
+    return lc_unlock(c, key);
+}

@@ -1,0 +1,294 @@
+package client_test
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// serve starts a real protocol server on a loopback port.
+func serve(t testing.TB) (addr string, table *locker.Table) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table = locker.New(locker.Options{})
+	s := &wire.Server{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(l) }()
+	t.Cleanup(func() {
+		_ = s.Shutdown(context.Background())
+		<-done
+	})
+	return l.Addr().String(), table
+}
+
+func waitQueued(t *testing.T, table *locker.Table, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ki, ok := table.Key(key); ok && ki.Waiters == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d waiters on %q", n, key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestVectors checks that the client puts exactly the shared vectors' bytes
+// on the wire and refuses the invalid ones before connecting.
+func TestVectors(t *testing.T) {
+	raw, err := os.ReadFile("../wire/testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Frames []struct {
+			Name   string
+			Action int
+			Key    string
+			Source string
+			Hex    string
+		}
+		Invalid []struct {
+			Name   string
+			Action int
+			Key    string
+			Source string
+		}
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan []byte)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(got)
+				return
+			}
+			// Read until a whole frame is in, then a little more to catch
+			// stray bytes after it.
+			buf := make([]byte, 0, 2*wire.MaxFrame)
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			for {
+				var b [wire.MaxFrame]byte
+				n, err := c.Read(b[:])
+				buf = append(buf, b[:n]...)
+				if _, _, derr := wire.Decode(buf); derr == nil || err != nil {
+					break
+				}
+			}
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			var extra [8]byte
+			n, _ := c.Read(extra[:])
+			buf = append(buf, extra[:n]...)
+			_, _ = c.Write([]byte{'+'})
+			c.Close()
+			got <- buf
+		}
+	}()
+	ctx := context.Background()
+	for _, f := range v.Frames {
+		c := client.New(l.Addr().String(), client.WithSource(f.Source))
+		switch wire.Action(f.Action) {
+		case wire.Lock:
+			err = c.Lock(ctx, f.Key)
+		case wire.Unlock:
+			err = c.Unlock(ctx, f.Key)
+		case wire.ResetByKey:
+			err = client.New(l.Addr().String()).ResetByKey(ctx, f.Key)
+			if f.Source != "" {
+				t.Fatalf("%s: the Go client sends no source with ResetByKey", f.Name)
+			}
+		case wire.ResetBySource:
+			err = client.New(l.Addr().String()).ResetBySource(ctx, f.Source)
+		case wire.TryLock:
+			err = c.TryLock(ctx, f.Key)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+		if b := <-got; hex.EncodeToString(b) != f.Hex {
+			t.Fatalf("%s: sent %x, want %s", f.Name, b, f.Hex)
+		}
+	}
+	dead := "127.0.0.1:1" // nothing listens: a refusal must come before connecting
+	for _, f := range v.Invalid {
+		c := client.New(dead, client.WithSource(f.Source))
+		var err error
+		switch wire.Action(f.Action) {
+		case wire.Lock:
+			err = c.Lock(ctx, f.Key)
+		case wire.Unlock:
+			err = c.Unlock(ctx, f.Key)
+		case wire.ResetByKey:
+			err = c.ResetByKey(ctx, f.Key)
+		case wire.TryLock:
+			err = c.TryLock(ctx, f.Key)
+		}
+		if !errors.Is(err, client.ErrRefused) || errors.Is(err, client.ErrUnreachable) {
+			t.Errorf("%s: err = %v, want ErrRefused before connecting", f.Name, err)
+		}
+	}
+}
+
+func TestLockTryLockUnlock(t *testing.T) {
+	addr, _ := serve(t)
+	ctx := context.Background()
+	a := client.New(addr, client.WithSource("a"))
+	if err := a.Lock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.TryLock(ctx, "k"); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("TryLock on a held key = %v, want ErrLocked", err)
+	}
+	if err := a.Unlock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(ctx, "k"); !errors.Is(err, client.ErrRefused) {
+		t.Fatalf("Unlock of a free key = %v, want ErrRefused", err)
+	}
+	if err := a.Wait(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.TryLock(ctx, "k"); err != nil {
+		t.Fatalf("TryLock after Wait: %v (Wait must leave the key free)", err)
+	}
+}
+
+func TestCancelWithdrawsWaiter(t *testing.T) {
+	addr, table := serve(t)
+	ctx := context.Background()
+	a := client.New(addr, client.WithSource("a"))
+	if err := a.Lock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- client.New(addr, client.WithSource("b")).Lock(wctx, "k") }()
+	waitQueued(t, table, "k", 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock = %v", err)
+	}
+	waitQueued(t, table, "k", 0)
+
+	tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer tcancel()
+	if err := a.Lock(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock past its deadline = %v", err)
+	}
+	waitQueued(t, table, "k", 0)
+}
+
+func TestResetWhileWaiting(t *testing.T) {
+	addr, table := serve(t)
+	ctx := context.Background()
+	c := client.New(addr)
+	if err := c.Lock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Lock(ctx, "k") }()
+	waitQueued(t, table, "k", 1)
+	if err := c.ResetByKey(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, client.ErrReset) {
+		t.Fatalf("Lock reset while waiting = %v, want ErrReset", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	err = client.New(addr).Lock(context.Background(), "k")
+	if !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("Lock with no server = %v, want ErrUnreachable", err)
+	}
+}
+
+func TestDo(t *testing.T) {
+	addr, table := serve(t)
+	ctx := context.Background()
+	c := client.New(addr)
+	boom := errors.New("boom")
+	err := c.Do(ctx, "k", func() error {
+		if _, held := table.Key("k"); !held {
+			t.Error("Do ran fn without holding the key")
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	if _, held := table.Key("k"); held {
+		t.Fatal("Do left the key held after fn failed")
+	}
+}
+
+// Example shows the scoped form against a server on this machine.
+func Example() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c := client.New(addr, client.WithSource("billing"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	err := c.Do(ctx, "invoices/2026-11", func() error {
+		fmt.Println("closing the month, alone")
+		return nil
+	})
+	fmt.Println("err:", err)
+
+	if err := c.TryLock(ctx, "invoices/2026-11"); err == nil {
+		fmt.Println("the key was free again")
+		_ = c.Unlock(ctx, "invoices/2026-11")
+	}
+	// Output:
+	// closing the month, alone
+	// err: <nil>
+	// the key was free again
+}
+
+func exampleServer() (string, func()) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	s := &wire.Server{Table: locker.New(locker.Options{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(l) }()
+	return l.Addr().String(), func() { _ = s.Shutdown(context.Background()); <-done }
+}

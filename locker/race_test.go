@@ -1,0 +1,5 @@
+//go:build race
+
+package locker
+
+const raceEnabled = true

@@ -243,7 +243,14 @@ static bool wait_queue(const char *key, int want, int timeout_ms) {
 /* Lets a background waiter reach the queue: seen through the web API, or a
  * pause when the API is not there. */
 static void let_queue(const char *key, int want) {
-    if (!wait_queue(key, want, 3000)) sleep_ms(300);
+    if (queue_length(key) < 0) {
+        fprintf(stderr, "  web API not reachable: pausing instead\n");
+        sleep_ms(300);
+        return;
+    }
+    if (!wait_queue(key, want, 3000)) {
+        fprintf(stderr, "  %s: %d waiters not seen in the web API\n", key, want);
+    }
 }
 
 typedef struct {

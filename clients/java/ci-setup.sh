@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the Java client's tests need on a fresh machine: a JDK (17 or newer) and Maven,
+# from Debian's packages when missing, then fills ~/.m2 with the pinned plugins and JUnit by
+# compiling the tests once. Idempotent; fast when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# Resolve the build's plugins and test dependencies once (no-op when ~/.m2 has them).
+if [ ! -d "${HOME}/.m2/repository/org/junit/jupiter/junit-jupiter" ] \
+   || [ ! -d "${HOME}/.m2/repository/org/apache/maven/surefire/surefire-junit-platform" ]; then
+  mvn -B -q -ntp test -Dtest=WireVectorsTest -Dsurefire.failIfNoSpecifiedTests=false
+fi

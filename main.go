@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web"
 	"github.com/locking-center/locking-center/wire"
 )
 
@@ -81,12 +82,14 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
 
-	table := locker.New(locker.Options{})
+	metrics := web.NewMetrics(web.MetricsOptions{WAL: cfg.DataPath != ""})
+	table := locker.New(locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold})
 	srv := &wire.Server{
 		Table:          table,
 		RequestTimeout: cfg.RequestTimeout,
 		MaxConnections: cfg.MaxConnections,
 		Logger:         logger,
+		Observer:       metrics,
 	}
 
 	tcpLn, err := net.Listen("tcp", cfg.BindAddress)
@@ -94,16 +97,23 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		return fmt.Errorf("BIND_ADDRESS: %w", err)
 	}
 	var webLn net.Listener
-	var web *http.Server
+	var webSrv *http.Server
 	if cfg.WebAddress != "" {
 		if webLn, err = net.Listen("tcp", cfg.WebAddress); err != nil {
 			tcpLn.Close()
 			return fmt.Errorf("WEB_ADDRESS: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
-		web = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		handler := web.New(web.Options{
+			Table:       table,
+			StuckAfter:  cfg.StuckAfter,
+			Password:    cfg.WebPassword,
+			Persistent:  cfg.DataPath != "",
+			Metrics:     metrics,
+			Connections: srv.Connections,
+			Logger:      logger,
+			Version:     version,
+		})
+		webSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
 
 	logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
@@ -116,9 +126,9 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			errc <- fmt.Errorf("lock protocol: %w", err)
 		}
 	})
-	if web != nil {
+	if webSrv != nil {
 		wg.Go(func() {
-			if err := web.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
+			if err := webSrv.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("web: %w", err)
 			}
 		})
@@ -143,8 +153,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	if err := srv.Shutdown(shutCtx); err != nil {
 		logger.Warn("lock protocol shutdown", "err", err)
 	}
-	if web != nil {
-		if err := web.Shutdown(shutCtx); err != nil {
+	if webSrv != nil {
+		if err := webSrv.Shutdown(shutCtx); err != nil {
 			logger.Warn("web shutdown", "err", err)
 		}
 	}

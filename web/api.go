@@ -1,0 +1,204 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+)
+
+// APIKey is one held key in the JSON list (GET /api/v1/keys).
+type APIKey struct {
+	Key    string    `json:"key"`
+	Source string    `json:"source"`
+	Remote string    `json:"remote"`
+	Since  time.Time `json:"since"` // RFC 3339, UTC
+	// Waiters is the number of requests queued for the key.
+	Waiters int `json:"waiters"`
+}
+
+// APIKeyDetail is one held key with its wait queue (GET /api/v1/keys/{key}).
+type APIKeyDetail struct {
+	APIKey
+	// Queue is the wait queue in order, [] when nobody waits.
+	Queue []APIWaiter `json:"queue"`
+}
+
+// APIWaiter is one queued request in the JSON API.
+type APIWaiter struct {
+	Source string    `json:"source"`
+	Remote string    `json:"remote"`
+	Since  time.Time `json:"since"` // when it joined the queue, RFC 3339, UTC
+}
+
+// APIResetResult is the answer to POST /api/v1/reset/key and /reset/source.
+type APIResetResult struct {
+	// Released is the number of keys whose holder was dropped.
+	Released int `json:"released"`
+	// Refused is the number of waiters that were answered '-'.
+	Refused int `json:"refused"`
+}
+
+// apiError is the body of every JSON error answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func apiKeyOf(ki *locker.KeyInfo) APIKey {
+	return APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters}
+}
+
+// apiList serves GET /api/v1/keys: held keys in bytewise key order.
+// ?prefix= keeps keys that start with it; ?limit=N returns at most N keys
+// and, when more follow, a Link header (rel="next") whose ?after= cursor
+// continues after the last key returned. Without limit every key is
+// returned.
+func (s *server) apiList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := filter{Prefix: q.Get("prefix"), After: q.Get("after")}
+	limit := -1
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.apiFail(w, r, http.StatusBadRequest, fmt.Errorf("limit=%q: want a whole number of at least 1", v))
+			return
+		}
+		limit = n
+	}
+	snap := s.walk(&f, s.now())
+	rows := snap.Rows
+	if limit < 0 || limit >= len(rows) {
+		rows = page(rows, 0, len(rows), byKey)
+	} else {
+		rows = page(rows, 0, limit, byKey)
+		next := url.Values{"limit": {strconv.Itoa(limit)}, "after": {rows[len(rows)-1].Key}}
+		if f.Prefix != "" {
+			next.Set("prefix", f.Prefix)
+		}
+		w.Header().Set("Link", fmt.Sprintf("</api/v1/keys?%s>; rel=\"next\"", next.Encode()))
+	}
+	out := make([]APIKey, len(rows))
+	for i := range rows {
+		out[i] = apiKeyOf(&rows[i])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// apiKey serves GET /api/v1/keys/{key}: the holder and the whole queue, or
+// 404 when the key is not held.
+func (s *server) apiKey(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	ki, ok := s.opts.Table.Key(key)
+	if !ok {
+		s.apiFail(w, r, http.StatusNotFound, fmt.Errorf("key %q is not held", key))
+		return
+	}
+	out := APIKeyDetail{APIKey: apiKeyOf(&ki), Queue: make([]APIWaiter, len(ki.Queue))}
+	for i, q := range ki.Queue {
+		out.Queue[i] = APIWaiter{Source: q.Source, Remote: q.Remote, Since: q.Since.UTC()}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// apiResetKey serves POST /api/v1/reset/key with body {"key": "..."}.
+func (s *server) apiResetKey(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Key *string `json:"key"`
+	}
+	if err := readJSON(r, &body); err != nil {
+		s.apiFail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if body.Key == nil || *body.Key == "" {
+		s.apiFail(w, r, http.StatusBadRequest, errors.New(`want a JSON body {"key": "..."} with a non-empty key`))
+		return
+	}
+	res, err := s.resetKey(*body.Key, "api", r)
+	s.apiReset(w, r, res, err)
+}
+
+// apiResetSource serves POST /api/v1/reset/source with body {"source": "..."}.
+func (s *server) apiResetSource(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Source *string `json:"source"`
+	}
+	if err := readJSON(r, &body); err != nil {
+		s.apiFail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if body.Source == nil || *body.Source == "" {
+		s.apiFail(w, r, http.StatusBadRequest, errors.New(`want a JSON body {"source": "..."} with a non-empty source`))
+		return
+	}
+	res, err := s.resetSource(*body.Source, "api", r)
+	s.apiReset(w, r, res, err)
+}
+
+func (s *server) apiReset(w http.ResponseWriter, r *http.Request, res locker.ResetResult, err error) {
+	if err != nil {
+		// The engine left the key held: the release could not be recorded.
+		s.apiFail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, APIResetResult{Released: res.Released, Refused: res.Refused})
+}
+
+// resetKey is every web reset of a key: the engine's ResetByKey, counted
+// and logged.
+func (s *server) resetKey(key, via string, r *http.Request) (locker.ResetResult, error) {
+	res, err := s.opts.Table.ResetByKey(key)
+	if err != nil {
+		s.log.Error("reset by key failed", "via", via, "key", key, "peer", r.RemoteAddr, "err", err)
+		return res, fmt.Errorf("reset key %q: %w", key, err)
+	}
+	s.metrics.resetKey.Inc()
+	s.log.Info("reset by key", "via", via, "key", key, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)
+	return res, nil
+}
+
+// resetSource is every web reset of a source: the engine's ResetBySource,
+// counted and logged.
+func (s *server) resetSource(source, via string, r *http.Request) (locker.ResetResult, error) {
+	res, err := s.opts.Table.ResetBySource(source)
+	if err != nil {
+		s.log.Error("reset by source failed", "via", via, "source", source, "peer", r.RemoteAddr,
+			"released", res.Released, "refused", res.Refused, "err", err)
+		return res, fmt.Errorf("reset source %q: %w", source, err)
+	}
+	s.metrics.resetSource.Inc()
+	s.log.Info("reset by source", "via", via, "source", source, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)
+	return res, nil
+}
+
+// maxBody bounds a JSON request body: a key or a source is short.
+const maxBody = 4 << 10
+
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("bad JSON body: %w", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	// encoding/json escapes <, > and & and replaces bytes that are not
+	// UTF-8, so keys cannot break out of the document.
+	_ = json.NewEncoder(w).Encode(v) // a write error means the client left
+}
+
+func (s *server) apiFail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if status >= 500 {
+		s.log.Error("web request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, status, apiError{Error: err.Error()})
+}

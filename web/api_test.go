@@ -1,0 +1,236 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+)
+
+func decode[T any](t *testing.T, body string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+	return v
+}
+
+func TestAPIListAndKey(t *testing.T) {
+	f := newFixture(t)
+	f.hold("b", "svc-b", time.Minute)
+	f.hold("a", "svc-a", 2*time.Hour)
+	f.hold("ab", "svc-a", time.Second)
+	f.wait("a", "w1")
+	f.wait("a", "w2")
+
+	w := f.do("GET", "/api/v1/keys", "")
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("list: %d %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	list := decode[[]map[string]any](t, w.Body.String())
+	if len(list) != 3 || list[0]["key"] != "a" || list[1]["key"] != "ab" || list[2]["key"] != "b" {
+		t.Fatalf("list not in key order: %s", w.Body)
+	}
+	for _, field := range []string{"key", "source", "remote", "since", "waiters"} {
+		if _, ok := list[0][field]; !ok {
+			t.Errorf("field %q missing: %s", field, w.Body)
+		}
+	}
+	if len(list[0]) != 5 {
+		t.Errorf("list item has fields beyond the contract: %v", list[0])
+	}
+	if list[0]["since"] != "2026-11-30T10:00:00Z" || list[0]["waiters"] != 2.0 || list[0]["source"] != "svc-a" {
+		t.Errorf("first item: %v", list[0])
+	}
+
+	w = f.do("GET", "/api/v1/keys?prefix=a&limit=1", "")
+	list = decode[[]map[string]any](t, w.Body.String())
+	if len(list) != 1 || list[0]["key"] != "a" {
+		t.Fatalf("prefix+limit: %s", w.Body)
+	}
+	if link := w.Header().Get("Link"); link != `</api/v1/keys?after=a&limit=1&prefix=a>; rel="next"` {
+		t.Fatalf("Link: %q", link)
+	}
+	w = f.do("GET", "/api/v1/keys?after=a&limit=1&prefix=a", "")
+	list = decode[[]map[string]any](t, w.Body.String())
+	if len(list) != 1 || list[0]["key"] != "ab" || w.Header().Get("Link") != "" {
+		t.Fatalf("second page: %s, Link %q", w.Body, w.Header().Get("Link"))
+	}
+	if w := f.do("GET", "/api/v1/keys?limit=0", ""); w.Code != 400 || !strings.Contains(w.Body.String(), "limit") {
+		t.Fatalf("limit=0: %d %s", w.Code, w.Body)
+	}
+
+	w = f.do("GET", "/api/v1/keys/a", "")
+	one := decode[APIKeyDetail](t, w.Body.String())
+	if w.Code != 200 || one.Key != "a" || one.Waiters != 2 || len(one.Queue) != 2 ||
+		one.Queue[0].Source != "w1" || one.Queue[1].Source != "w2" {
+		t.Fatalf("key a: %d %s", w.Code, w.Body)
+	}
+	w = f.do("GET", "/api/v1/keys/b", "")
+	if !strings.Contains(w.Body.String(), `"queue":[]`) {
+		t.Fatalf("empty queue must be []: %s", w.Body)
+	}
+	if w := f.do("GET", "/api/v1/keys/nope", ""); w.Code != 404 || !strings.Contains(w.Body.String(), `"error"`) {
+		t.Fatalf("not held: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestAPIKeyRoundTrip checks that any key, percent-encoded by KeyPath,
+// reaches the handler unchanged: slashes, dots, markup, bytes that are not
+// UTF-8.
+func TestAPIKeyRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	keys := []string{"a/b", "..", ".", "a/../b", "<script>alert(1)</script>", "\xff\xfe raw", "sp ace?#&%", "ключ"}
+	for _, k := range keys {
+		f.hold(k, "s", time.Second)
+	}
+	for _, k := range keys {
+		w := f.do("GET", "/api/v1/keys/"+KeyPath(k), "")
+		if w.Code != 200 {
+			t.Errorf("key %q via %q: %d %s", k, KeyPath(k), w.Code, w.Body)
+			continue
+		}
+		if strings.Contains(w.Body.String(), "<script>") {
+			t.Errorf("markup not escaped in JSON: %s", w.Body)
+		}
+		// encoding/json turns each byte that is not UTF-8 into U+FFFD.
+		want, _ := json.Marshal(k)
+		if got := decode[APIKey](t, w.Body.String()).Key; got != decode[string](t, string(want)) {
+			t.Errorf("key %q came back as %q", k, got)
+		}
+	}
+}
+
+func TestAPIReset(t *testing.T) {
+	f := newFixture(t)
+	f.hold("k", "holder", time.Minute)
+	f.wait("k", "w1")
+	f.wait("k", "w2")
+	w := f.do("POST", "/api/v1/reset/key", `{"key":"k"}`)
+	if w.Code != 200 || decode[APIResetResult](t, w.Body.String()) != (APIResetResult{Released: 1, Refused: 2}) {
+		t.Fatalf("reset key: %d %s", w.Code, w.Body)
+	}
+	for range 2 {
+		if err := f.outcome(); !errors.Is(err, locker.ErrReset) {
+			t.Fatalf("waiter got %v, want ErrReset", err)
+		}
+	}
+	if _, held := f.table.Key("k"); held {
+		t.Fatal("key still held after reset")
+	}
+
+	f.hold("x", "svc", time.Minute)
+	f.hold("y", "svc", time.Minute)
+	f.hold("z", "other", time.Minute)
+	f.wait("z", "svc")
+	w = f.do("POST", "/api/v1/reset/source", `{"source":"svc"}`)
+	if w.Code != 200 || decode[APIResetResult](t, w.Body.String()) != (APIResetResult{Released: 2, Refused: 1}) {
+		t.Fatalf("reset source: %d %s", w.Code, w.Body)
+	}
+	if err := f.outcome(); !errors.Is(err, locker.ErrSourceReset) {
+		t.Fatalf("waiter got %v, want ErrSourceReset", err)
+	}
+	if got := f.table.Stats().Held; got != 1 {
+		t.Fatalf("held after source reset: %d, want 1", got)
+	}
+	for _, body := range []string{"", "{", `{"key":""}`, `{"source":"svc"}`} {
+		if w := f.do("POST", "/api/v1/reset/key", body); w.Code != 400 {
+			t.Errorf("reset key with %q: %d, want 400", body, w.Code)
+		}
+	}
+	if w := f.do("GET", "/api/v1/reset/key", ""); w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("GET reset: %d", w.Code)
+	}
+}
+
+func TestCrossOriginRefused(t *testing.T) {
+	f := newFixture(t)
+	f.hold("k", "s", time.Minute)
+	for _, route := range []string{"/api/v1/reset/key", "/api/v1/reset/source"} {
+		w := f.do("POST", route, `{"key":"k","source":"s"}`, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")
+		if w.Code != http.StatusForbidden {
+			t.Errorf("%s cross-site: %d", route, w.Code)
+		}
+		w = f.do("POST", route, `{"key":"k","source":"s"}`, "Origin", "https://evil.example")
+		if w.Code != http.StatusForbidden {
+			t.Errorf("%s foreign Origin: %d", route, w.Code)
+		}
+	}
+	if _, held := f.table.Key("k"); !held {
+		t.Fatal("a refused cross-origin reset changed the table")
+	}
+	w := f.do("POST", "/api/v1/reset/key", `{"key":"k"}`, "Sec-Fetch-Site", "same-origin")
+	if w.Code != 200 {
+		t.Fatalf("same-origin reset: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestBasicAuth(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Password = "s3cret" })
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if w := f.do("GET", p, ""); w.Code != 200 {
+			t.Errorf("%s without auth: %d", p, w.Code)
+		}
+	}
+	for _, p := range []string{"/api/v1/keys", "/metrics", "/api/v1/keys/x"} {
+		w := f.do("GET", p, "")
+		if w.Code != 401 || !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("%s without auth: %d", p, w.Code)
+		}
+		if w := f.do("GET", p, "", "Authorization", basic("admin", "wrong")); w.Code != 401 {
+			t.Errorf("%s with a wrong password: %d", p, w.Code)
+		}
+		if w := f.do("GET", p, "", "Authorization", basic("root", "s3cret")); w.Code != 401 {
+			t.Errorf("%s with a wrong user: %d", p, w.Code)
+		}
+	}
+	if w := f.do("GET", "/api/v1/keys", "", "Authorization", basic("admin", "s3cret")); w.Code != 200 {
+		t.Errorf("with the password: %d", w.Code)
+	}
+	if w := f.do("POST", "/api/v1/reset/key", `{"key":"k"}`); w.Code != 401 {
+		t.Errorf("reset without auth: %d", w.Code)
+	}
+}
+
+func basic(user, pass string) string {
+	r, _ := http.NewRequest("GET", "/", nil)
+	r.SetBasicAuth(user, pass)
+	return r.Header.Get("Authorization")
+}
+
+func TestReadyz(t *testing.T) {
+	ready := false
+	f := newFixture(t, func(o *Options) { o.Ready = func() bool { return ready } })
+	if w := f.do("GET", "/readyz", ""); w.Code != 503 {
+		t.Fatalf("not ready: %d", w.Code)
+	}
+	ready = true
+	if w := f.do("GET", "/readyz", ""); w.Code != 200 {
+		t.Fatalf("ready: %d", w.Code)
+	}
+}
+
+func TestPage(t *testing.T) {
+	xs := make([]int, 1000)
+	for i := range xs {
+		xs[i] = (i * 7919) % 1000
+	}
+	cmpInt := func(a, b int) int { return a - b }
+	for _, r := range [][2]int{{0, 100}, {900, 1000}, {450, 550}, {990, 2000}, {0, 0}, {0, 1000}} {
+		got := page(append([]int(nil), xs...), r[0], r[1], cmpInt)
+		want := min(r[1], 1000) - r[0]
+		if len(got) != want {
+			t.Fatalf("%v: %d items", r, len(got))
+		}
+		for i, v := range got {
+			if v != r[0]+i {
+				t.Fatalf("%v: item %d is %d", r, i, v)
+			}
+		}
+	}
+}

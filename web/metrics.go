@@ -1,0 +1,256 @@
+package web
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/locking-center/locking-center/wire"
+)
+
+// Metrics are Locking-Center's Prometheus metrics (SPEC §4). One value is
+// created at start and shared: the lock table feeds it through
+// ObserveWait and ObserveHold (locker.Options.OnGrant / OnRelease), the TCP
+// server through the wire.Observer methods, the write-ahead log through
+// ObserveFsync, and the web handler serves it on /metrics. The counting
+// methods do not allocate and are safe for concurrent use.
+type Metrics struct {
+	set *metrics.Set
+	wal bool
+
+	requests    [len(actionNames)][len(resultNames)]*metrics.Counter
+	resetKey    *metrics.Counter
+	resetSource *metrics.Counter
+	rejected    *metrics.Counter
+	wait, hold  *metrics.PrometheusHistogram
+	fsync       *metrics.PrometheusHistogram // nil without a log
+
+	// Gauges and the log's figures are read from their sources when
+	// scraped, by refresh.
+	held, waiters, stuck, oldest, conns *metrics.Gauge
+	walSize                             *metrics.Gauge
+	walCompactions, walErrors           *metrics.Counter
+
+	// mu guards src and makes refresh and the write that follows it one
+	// step, so that concurrent scrapes do not interleave.
+	mu  sync.Mutex
+	src *server
+}
+
+// MetricsOptions configures NewMetrics.
+type MetricsOptions struct {
+	// WAL adds the write-ahead log's metrics (wal_*): set it when
+	// DATA_PATH is set.
+	WAL bool
+}
+
+// The label values of requests_total. An action byte the protocol does not
+// know is counted as "unknown" so that bad clients cannot grow the series.
+var (
+	actionNames = [...]string{"unknown", "lock", "unlock", "reset_key", "reset_source", "trylock"}
+	resultNames = [...]string{wire.ResultOK, wire.ResultFail, wire.ResultLocked, wire.ResultInvalid, wire.ResultHangUp}
+)
+
+// Bucket bounds, in seconds. Waits and holds range from a millisecond to
+// hours (a stuck key); an fsync from a tenth of a millisecond to a second.
+var (
+	durationBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}
+	fsyncBuckets    = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+)
+
+// family describes one metric family for the exposition's HELP and TYPE
+// lines. The library writes samples only; the words are ours.
+type family struct {
+	name, typ, help string
+}
+
+const prefix = "locking_center_"
+
+// families lists every metric of SPEC §4; the HELP text says what one
+// sample counts and in which unit, as Prometheus' conventions ask.
+var families = []family{
+	{"held_keys", "gauge", "Keys held right now."},
+	{"waiters", "gauge", "Lock requests queued behind a holder right now."},
+	{"stuck_keys", "gauge", "Keys held for STUCK_AFTER or longer."},
+	{"oldest_hold_age_seconds", "gauge", "Seconds since the longest-held key was granted; 0 when no key is held."},
+	{"requests_total", "counter", "TCP requests served, by action and result (ok, fail, locked, invalid, hangup)."},
+	{"resets_total", "counter", "Resets done over TCP or the web, by key or by source."},
+	{"connections", "gauge", "TCP connections being served, waiters included."},
+	{"connections_rejected_total", "counter", "TCP connections refused because MAX_CONNECTIONS was reached."},
+	{"wait_duration_seconds", "histogram", "Seconds a lock request waited before it was granted."},
+	{"hold_duration_seconds", "histogram", "Seconds a key was held, from grant to release."},
+	{"wal_fsync_duration_seconds", "histogram", "Seconds one fsync of the write-ahead log took."},
+	{"wal_size_bytes", "gauge", "Size of the write-ahead log file in bytes."},
+	{"wal_compactions_total", "counter", "Compactions of the write-ahead log since start."},
+	{"wal_errors_total", "counter", "Write-ahead log write, fsync or compaction errors since start."},
+}
+
+// NewMetrics creates the metrics, each once, in a set of their own.
+func NewMetrics(o MetricsOptions) *Metrics {
+	s := metrics.NewSet()
+	m := &Metrics{set: s, wal: o.WAL}
+	for a, an := range actionNames {
+		for r, rn := range resultNames {
+			m.requests[a][r] = s.NewCounter(fmt.Sprintf(`%srequests_total{action=%q,result=%q}`, prefix, an, rn))
+		}
+	}
+	m.resetKey = s.NewCounter(prefix + `resets_total{by="key"}`)
+	m.resetSource = s.NewCounter(prefix + `resets_total{by="source"}`)
+	m.rejected = s.NewCounter(prefix + "connections_rejected_total")
+	m.wait = s.NewPrometheusHistogramExt(prefix+"wait_duration_seconds", durationBuckets)
+	m.hold = s.NewPrometheusHistogramExt(prefix+"hold_duration_seconds", durationBuckets)
+	m.held = s.NewGauge(prefix+"held_keys", nil)
+	m.waiters = s.NewGauge(prefix+"waiters", nil)
+	m.stuck = s.NewGauge(prefix+"stuck_keys", nil)
+	m.oldest = s.NewGauge(prefix+"oldest_hold_age_seconds", nil)
+	m.conns = s.NewGauge(prefix+"connections", nil)
+	if o.WAL {
+		m.fsync = s.NewPrometheusHistogramExt(prefix+"wal_fsync_duration_seconds", fsyncBuckets)
+		m.walSize = s.NewGauge(prefix+"wal_size_bytes", nil)
+		m.walCompactions = s.NewCounter(prefix + "wal_compactions_total")
+		m.walErrors = s.NewCounter(prefix + "wal_errors_total")
+	}
+	return m
+}
+
+// Request counts one TCP request (wire.Observer). A successful TCP reset
+// also counts in resets_total, as a web reset does.
+func (m *Metrics) Request(a wire.Action, result string) {
+	ai := 0
+	if a >= wire.Lock && a <= wire.TryLock {
+		ai = int(a)
+	}
+	for ri, rn := range resultNames {
+		if rn == result {
+			m.requests[ai][ri].Inc()
+			break
+		}
+	}
+	if result == wire.ResultOK {
+		switch a {
+		case wire.ResetByKey:
+			m.resetKey.Inc()
+		case wire.ResetBySource:
+			m.resetSource.Inc()
+		}
+	}
+}
+
+// ConnectionRejected counts one TCP connection refused at the limit
+// (wire.Observer).
+func (m *Metrics) ConnectionRejected() { m.rejected.Inc() }
+
+// ObserveWait records how long a granted request waited
+// (locker.Options.OnGrant).
+func (m *Metrics) ObserveWait(d time.Duration) { m.wait.Update(d.Seconds()) }
+
+// ObserveHold records how long a released key was held
+// (locker.Options.OnRelease).
+func (m *Metrics) ObserveHold(d time.Duration) { m.hold.Update(d.Seconds()) }
+
+// ObserveFsync records one fsync of the write-ahead log. It does nothing
+// when the metrics were made without WAL.
+func (m *Metrics) ObserveFsync(d time.Duration) {
+	if m.fsync != nil {
+		m.fsync.Update(d.Seconds())
+	}
+}
+
+var _ wire.Observer = (*Metrics)(nil)
+
+// bind makes s the source of the gauges read at scrape time.
+func (m *Metrics) bind(s *server) {
+	m.mu.Lock()
+	m.src = s
+	m.mu.Unlock()
+}
+
+// refresh reads the gauges from their sources. Called with mu held.
+func (m *Metrics) refresh() {
+	s := m.src
+	if s == nil {
+		return
+	}
+	now := s.now()
+	snap := s.walk(nil, now)
+	m.held.Set(float64(snap.Held))
+	m.waiters.Set(float64(snap.Waiting))
+	m.stuck.Set(float64(snap.Stuck))
+	age := 0.0
+	if !snap.Oldest.IsZero() {
+		age = max(now.Sub(snap.Oldest).Seconds(), 0)
+	}
+	m.oldest.Set(age)
+	if s.opts.Connections != nil {
+		m.conns.Set(float64(s.opts.Connections()))
+	}
+	if m.wal && s.opts.LogStats != nil {
+		st := s.opts.LogStats()
+		m.walSize.Set(float64(st.SizeBytes))
+		m.walCompactions.Set(st.Compactions)
+		m.walErrors.Set(st.Errors)
+	}
+}
+
+// WritePrometheus writes the exposition: the set's samples, each family
+// preceded by its HELP and TYPE lines.
+func (m *Metrics) WritePrometheus(w *bytes.Buffer) {
+	m.mu.Lock()
+	m.refresh()
+	var raw bytes.Buffer
+	m.set.WritePrometheus(&raw)
+	m.mu.Unlock()
+	annotate(w, raw.Bytes())
+}
+
+// ServeHTTP serves GET /metrics.
+func (m *Metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	var buf bytes.Buffer
+	m.WritePrometheus(&buf)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(buf.Bytes()) // a write error means the scraper left
+}
+
+var familyByName = func() map[string]family {
+	byName := make(map[string]family, len(families))
+	for _, f := range families {
+		byName[prefix+f.name] = f
+	}
+	return byName
+}()
+
+// annotate copies the samples in raw to w, writing HELP and TYPE before the
+// first sample of each family. The set writes a family's samples together.
+func annotate(w *bytes.Buffer, raw []byte) {
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	last := ""
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, " ")
+		name, _, _ = strings.Cut(name, "{")
+		f, ok := familyByName[name]
+		if !ok {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, cut := strings.CutSuffix(name, suffix); cut {
+					if f, ok = familyByName[base]; ok && f.typ == "histogram" {
+						break
+					}
+					ok = false
+				}
+			}
+		}
+		if ok && prefix+f.name != last {
+			last = prefix + f.name
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", last, f.help, last, f.typ)
+		}
+		w.WriteString(line)
+		w.WriteByte('\n')
+	}
+}

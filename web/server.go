@@ -1,0 +1,144 @@
+package web
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+)
+
+// Options configures the web handler. Table is required; the rest has
+// usable zero values.
+type Options struct {
+	// Table is the lock table shown and reset.
+	Table *locker.Table
+	// StuckAfter is the hold age from which a key counts as stuck
+	// (default 10 minutes).
+	StuckAfter time.Duration
+	// Password, when set, turns on HTTP basic auth (user "admin") on every
+	// route but /healthz and /readyz.
+	Password string
+	// Persistent says whether the table is backed by a write-ahead log.
+	Persistent bool
+	// LogStats, when Persistent, reports the log's figures for the
+	// dashboard and the wal_* metrics.
+	LogStats func() LogStats
+	// Metrics receives the web resets and is served on /metrics; nil
+	// creates a private one (the TCP side then counts nothing in it).
+	Metrics *Metrics
+	// Connections reports the TCP connections being served (the
+	// connections gauge); nil reports 0.
+	Connections func() int
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() bool
+	// Logger receives one line per reset and per failed request
+	// (default slog.Default).
+	Logger *slog.Logger
+	// Version is shown in the page footer.
+	Version string
+
+	// now is the clock; tests replace it.
+	now func() time.Time
+}
+
+// LogStats are the write-ahead log's figures, as the web package needs them.
+type LogStats struct {
+	SizeBytes   int64
+	Compactions uint64
+	Errors      uint64
+}
+
+// server is the handler returned by New.
+type server struct {
+	opts    Options
+	started time.Time
+	log     *slog.Logger
+	metrics *Metrics
+	mux     *http.ServeMux
+	handler http.Handler
+}
+
+// New returns the handler of the web port: dashboard, JSON API, /metrics,
+// /healthz and /readyz, behind the CSRF check and, with a password, basic
+// auth.
+func New(opts Options) http.Handler {
+	if opts.Table == nil {
+		panic("web.New: Options.Table is nil")
+	}
+	if opts.StuckAfter <= 0 {
+		opts.StuckAfter = 10 * time.Minute
+	}
+	if opts.now == nil {
+		opts.now = time.Now
+	}
+	s := &server{opts: opts, started: opts.now(), log: opts.Logger, metrics: opts.Metrics}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(MetricsOptions{WAL: opts.Persistent})
+	}
+	s.metrics.bind(s)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics)
+
+	mux.HandleFunc("GET /api/v1/keys", s.apiList)
+	mux.HandleFunc("GET /api/v1/keys/{key...}", s.apiKey)
+	mux.HandleFunc("POST /api/v1/reset/key", s.apiResetKey)
+	mux.HandleFunc("POST /api/v1/reset/source", s.apiResetSource)
+
+	s.routes(mux)
+	s.mux = mux
+
+	// CrossOriginProtection lets safe methods through and refuses
+	// state-changing requests that a browser marks as cross-origin
+	// (Sec-Fetch-Site, or Origin against Host). Tools that send neither
+	// header, such as curl or the CLI, are not browsers and pass.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(s.crossOrigin))
+	s.handler = cop.Handler(mux)
+	return s
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Password != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="locking-center", charset="UTF-8"`)
+		http.Error(w, "401 unauthorized: this server asks for a password (user admin)", http.StatusUnauthorized)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
+
+// authorized compares in constant time so that the answer's timing tells
+// nothing about the password.
+func (s *server) authorized(r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	u := subtle.ConstantTimeCompare([]byte(user), []byte("admin"))
+	p := subtle.ConstantTimeCompare([]byte(pass), []byte(s.opts.Password))
+	return u&p == 1
+}
+
+func (s *server) crossOrigin(w http.ResponseWriter, r *http.Request) {
+	s.log.Warn("web request refused: cross-origin", "method", r.Method, "path", r.URL.Path,
+		"origin", r.Header.Get("Origin"), "peer", r.RemoteAddr)
+	http.Error(w, "403 forbidden: cross-origin request refused", http.StatusForbidden)
+}
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Ready != nil && !s.opts.Ready() {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+func (s *server) now() time.Time { return s.opts.now() }

@@ -1,0 +1,113 @@
+using System;
+
+namespace LockingCenter
+{
+    /// <summary>
+    /// Base class of every error raised by the Locking-Center client. Catch it to handle every client
+    /// failure at once, or catch one of its subclasses. Giving up through a
+    /// <see cref="System.Threading.CancellationToken"/> raises the standard
+    /// <see cref="OperationCanceledException"/> instead.
+    /// </summary>
+    public class LockingCenterException : Exception
+    {
+        /// <summary>Creates an exception with a message.</summary>
+        /// <param name="message">What went wrong.</param>
+        public LockingCenterException(string message) : base(message) { }
+
+        /// <summary>Creates an exception with a message and its cause.</summary>
+        /// <param name="message">What went wrong.</param>
+        /// <param name="inner">The underlying error, or null.</param>
+        public LockingCenterException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// A try-lock did not win the key: someone holds it (answer '#'). Raised only by
+    /// <see cref="LockingCenterClient.TryLockOrThrowAsync"/>; <see cref="LockingCenterClient.TryLockAsync"/>
+    /// returns false instead.
+    /// </summary>
+    public class NotWonException : LockingCenterException
+    {
+        /// <summary>Creates the exception for the key that was not won.</summary>
+        /// <param name="key">The key held by someone else.</param>
+        public NotWonException(string key) : base("key " + WireFormat.Quote(key) + " is held by someone else")
+        {
+            Key = key;
+        }
+
+        /// <summary>The key that was already held.</summary>
+        public string Key { get; private set; }
+    }
+
+    /// <summary>
+    /// A lock (or wait) request was answered '-': the key, or this client's source, was reset while the
+    /// request waited, or the server could not make the grant durable. The key is not held.
+    /// </summary>
+    public class ResetWhileWaitingException : LockingCenterException
+    {
+        /// <summary>Creates the exception for the key that was waited for.</summary>
+        /// <param name="key">The key whose lock request was answered '-'.</param>
+        public ResetWhileWaitingException(string key)
+            : base("lock on key " + WireFormat.Quote(key) + " was answered '-' (reset while waiting, or not made durable)")
+        {
+            Key = key;
+        }
+
+        /// <summary>The key that was waited for.</summary>
+        public string Key { get; private set; }
+    }
+
+    /// <summary>
+    /// The server answered '-' to an unlock, a reset or a try-lock (for unlock: the key was not held, or
+    /// the release could not be recorded). Its subclass <see cref="InvalidRequestException"/> covers input
+    /// the client refuses itself.
+    /// </summary>
+    public class RefusedException : LockingCenterException
+    {
+        /// <summary>Creates the exception with a message.</summary>
+        /// <param name="message">What was refused.</param>
+        public RefusedException(string message) : base(message) { }
+    }
+
+    /// <summary>
+    /// Refused by the client before any connection was opened: an empty key, a key or source longer than
+    /// 127 bytes once UTF-8 encoded, or a key given where none is allowed.
+    /// </summary>
+    public class InvalidRequestException : RefusedException
+    {
+        /// <summary>Creates the exception with the reason.</summary>
+        /// <param name="message">Why the input is invalid.</param>
+        public InvalidRequestException(string message) : base(message) { }
+    }
+
+    /// <summary>
+    /// The server could not be reached (name not resolved, connection refused, connect timeout), the frame
+    /// could not be sent, or the connection closed (or stayed silent past the request timeout) without an
+    /// answer.
+    /// </summary>
+    public class UnreachableException : LockingCenterException
+    {
+        /// <summary>Creates the exception with a message and the I/O cause.</summary>
+        /// <param name="message">What failed.</param>
+        /// <param name="inner">The socket error, or null.</param>
+        public UnreachableException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// The lock (or wait) timeout passed while the request was queued. The connection was closed, so the
+    /// server withdrew the waiter; the key is not held.
+    /// </summary>
+    public class LockTimeoutException : LockingCenterException
+    {
+        /// <summary>Creates the exception for the key and the timeout that passed.</summary>
+        /// <param name="key">The key that was waited for.</param>
+        /// <param name="timeout">The timeout that passed.</param>
+        public LockTimeoutException(string key, TimeSpan timeout)
+            : base("gave up waiting for key " + WireFormat.Quote(key) + " after " + (long)timeout.TotalMilliseconds + " ms")
+        {
+            Key = key;
+        }
+
+        /// <summary>The key that was waited for.</summary>
+        public string Key { get; private set; }
+    }
+}

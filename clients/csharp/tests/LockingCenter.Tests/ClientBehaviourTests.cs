@@ -1,0 +1,203 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+using System.Threading.Tasks;
+using Xunit;
+
+namespace LockingCenter.Tests
+{
+    /// <summary>Client behaviour against a loopback stand-in: errors, giving up, scoped forms.</summary>
+    public class ClientBehaviourTests
+    {
+        private static readonly TimeSpan Patience = TimeSpan.FromSeconds(3);
+
+        [Fact]
+        public async Task ConnectionRefusedIsUnreachable()
+        {
+            var client = new LockingCenterClient("127.0.0.1:" + Vectors.DeadPort());
+            await Assert.ThrowsAsync<UnreachableException>(() => client.LockAsync("k"));
+            await Assert.ThrowsAsync<UnreachableException>(() => client.TryLockAsync("k"));
+            Assert.Throws<UnreachableException>(() => client.Unlock("k"));
+        }
+
+        [Fact]
+        public async Task UnknownHostIsUnreachable()
+        {
+            var client = new LockingCenterClient("no-such-host.invalid:22119");
+            await Assert.ThrowsAsync<UnreachableException>(() => client.UnlockAsync("k"));
+        }
+
+        [Fact]
+        public async Task ClosedWithoutAnswerIsUnreachable()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Close))
+            {
+                var client = new LockingCenterClient(fake.Address);
+                await Assert.ThrowsAsync<UnreachableException>(() => client.LockAsync("k"));
+                await Assert.ThrowsAsync<UnreachableException>(() => client.UnlockAsync("k"));
+            }
+        }
+
+        [Fact]
+        public async Task SilentServerPastRequestTimeoutIsUnreachable()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Hold))
+            {
+                var client = new LockingCenterClient(new LockingCenterOptions
+                {
+                    Address = fake.Address,
+                    RequestTimeout = TimeSpan.FromMilliseconds(200),
+                });
+                await Assert.ThrowsAsync<UnreachableException>(() => client.UnlockAsync("k"));
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
+            }
+        }
+
+        [Fact]
+        public async Task LockTimeoutClosesTheConnection()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Hold))
+            {
+                var client = new LockingCenterClient(fake.Address, "svc");
+                var watch = Stopwatch.StartNew();
+                var e = await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
+                long ms = watch.ElapsedMilliseconds;
+                Assert.True(ms >= 280 && ms < 3000, "gave up after " + ms + " ms");
+                Assert.Equal("k", e.Key);
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
+            }
+        }
+
+        [Fact]
+        public async Task WaitTimeoutClosesTheConnection()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Hold))
+            {
+                var client = new LockingCenterClient(fake.Address);
+                await Assert.ThrowsAsync<LockTimeoutException>(() => client.WaitAsync("k", TimeSpan.FromMilliseconds(200)));
+                Assert.True(fake.HangUp.Wait(Patience));
+            }
+        }
+
+        [Fact]
+        public async Task CancellingLockAsyncClosesTheConnection()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Hold))
+            using (var cts = new CancellationTokenSource())
+            {
+                var client = new LockingCenterClient(fake.Address);
+                Task<LockHandle> waiting = client.LockAsync("k", cts.Token);
+                Assert.True(fake.Received.Wait(Patience));
+                cts.Cancel();
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
+            }
+        }
+
+        [Fact]
+        public async Task CancelAfterClosesTheConnection()
+        {
+            using (var fake = new FakeServer(f => FakeServer.Hold))
+            using (var cts = new CancellationTokenSource(TimeSpan.FromMilliseconds(200)))
+            {
+                var client = new LockingCenterClient(fake.Address);
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => client.WaitAsync("k", cts.Token));
+                Assert.True(fake.HangUp.Wait(Patience));
+            }
+        }
+
+        [Fact]
+        public async Task AlreadyCancelledTokenConnectsNowhere()
+        {
+            using (var fake = new FakeServer(f => '+'))
+            {
+                var client = new LockingCenterClient(fake.Address);
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => client.LockAsync("k", new CancellationToken(true)));
+                Thread.Sleep(100);
+                Assert.Equal(0, fake.Frames.Count);
+            }
+        }
+
+        [Fact]
+        public async Task ScopedLockUnlocksAtTheEndOfTheBlock()
+        {
+            using (var fake = new FakeServer(f => '+'))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                using (LockHandle held = await client.LockAsync("k"))
+                {
+                    Assert.Equal("k", held.Key);
+                    await held.UnlockAsync(); // explicit unlock; Dispose must not send a second one
+                    Assert.True(held.IsReleased);
+                }
+                using (var held = await client.TryLockOrThrowAsync("k"))
+                {
+                    Assert.Equal("k", held.Key);
+                }
+                using (client.Lock("k"))
+                {
+                }
+                var frames = fake.Frames;
+                Assert.Equal(6, frames.Count);
+                Assert.Equal("01016b0161", Vectors.Hex(frames[0]));
+                Assert.Equal("02016b0161", Vectors.Hex(frames[1]));
+                Assert.Equal("05016b0161", Vectors.Hex(frames[2]));
+                Assert.Equal("02016b0161", Vectors.Hex(frames[3]));
+                Assert.Equal("01016b0161", Vectors.Hex(frames[4]));
+                Assert.Equal("02016b0161", Vectors.Hex(frames[5]));
+            }
+        }
+
+        [Fact]
+        public async Task WaitLocksThenUnlocks()
+        {
+            using (var fake = new FakeServer(f => '+'))
+            {
+                var client = new LockingCenterClient(fake.Address);
+                await client.WaitAsync("k");
+                client.Wait("k");
+                var frames = fake.Frames;
+                Assert.Equal(4, frames.Count);
+                Assert.Equal((byte)1, frames[0][0]);
+                Assert.Equal((byte)2, frames[1][0]);
+                Assert.Equal((byte)1, frames[2][0]);
+                Assert.Equal((byte)2, frames[3][0]);
+            }
+        }
+
+        [Fact]
+        public async Task ResetBySourceSendsNoKey()
+        {
+            using (var fake = new FakeServer(f => '+'))
+            {
+                var client = new LockingCenterClient(fake.Address, "me");
+                await client.ResetBySourceAsync();
+                await client.ResetBySourceAsync("other");
+                client.ResetBySource("");
+                var frames = fake.Frames;
+                Assert.Equal("0400026d65", Vectors.Hex(frames[0]));
+                Assert.Equal("0400056f74686572", Vectors.Hex(frames[1]));
+                Assert.Equal("040000", Vectors.Hex(frames[2]));
+            }
+        }
+
+        [Fact]
+        public void AddressForms()
+        {
+            Assert.Equal(new[] { "localhost", "22119" }, LockingCenterClient.SplitAddress("localhost"));
+            Assert.Equal(new[] { "10.1.2.3", "80" }, LockingCenterClient.SplitAddress("10.1.2.3:80"));
+            Assert.Equal(new[] { "::1", "9000" }, LockingCenterClient.SplitAddress("[::1]:9000"));
+            Assert.Equal(new[] { "::1", "22119" }, LockingCenterClient.SplitAddress("::1"));
+            Assert.Throws<ArgumentException>(() => LockingCenterClient.SplitAddress("host:0"));
+            Assert.Throws<ArgumentException>(() => LockingCenterClient.SplitAddress("host:x"));
+            Assert.Throws<ArgumentException>(() => LockingCenterClient.SplitAddress(""));
+        }
+
+        [Fact]
+        public void NonPositiveTimeoutIsRejected()
+        {
+            var client = new LockingCenterClient("127.0.0.1:1");
+            Assert.Throws<ArgumentOutOfRangeException>(() => client.Lock("k", TimeSpan.Zero));
+        }
+    }
+}

@@ -417,12 +417,24 @@ private:
 
     std::string where() const { return host_.find(':') != std::string::npos ? "[" + host_ + "]:" + port_ : host_ + ":" + port_; }
 
-    [[noreturn]] static void gave_up(int why) {
-        if (why == 2) throw canceled_error("lockingcenter: canceled");
-        throw timeout_error("lockingcenter: timed out");
+    [[noreturn]] static void gave_up(int why, const std::string& ctx) {
+        if (why == 2) throw canceled_error(ctx + ": canceled");
+        throw timeout_error(ctx + ": timed out");
     }
 
-    detail::fd_guard dial(std::optional<clock::time_point> deadline, const cancel_token* cancel) const {
+    static const char* action_name(action a) {
+        switch (a) {
+        case action::lock: return "lock";
+        case action::unlock: return "unlock";
+        case action::reset_by_key: return "reset_key";
+        case action::reset_by_source: return "reset_source";
+        case action::try_lock: return "try_lock";
+        }
+        return "request";
+    }
+
+    detail::fd_guard dial(std::optional<clock::time_point> deadline, const cancel_token* cancel,
+                          const std::string& ctx) const {
         std::optional<clock::time_point> cdeadline;
         if (opts_.connect_timeout.count() > 0) cdeadline = clock::now() + opts_.connect_timeout;
         bool call_first = deadline && (!cdeadline || *deadline < *cdeadline);
@@ -434,7 +446,7 @@ private:
         addrinfo* res = nullptr;
         int gai = ::getaddrinfo(host_.c_str(), port_.c_str(), &hints, &res);
         if (gai != 0) {
-            throw unreachable_error("lockingcenter: resolve " + host_ + ": " + ::gai_strerror(gai), EHOSTUNREACH);
+            throw unreachable_error(ctx + ": resolve " + host_ + ": " + ::gai_strerror(gai), EHOSTUNREACH);
         }
         std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(res, ::freeaddrinfo);
         int last = ECONNREFUSED;
@@ -454,10 +466,10 @@ private:
                 continue;
             }
             int w = wait_fd(fd.get(), POLLOUT, cdeadline, cancel);
-            if (w == 2) gave_up(w);
+            if (w == 2) gave_up(w, ctx);
             if (w == 1) {
-                if (call_first) gave_up(w);
-                throw unreachable_error("lockingcenter: connect " + where() + ": timed out", ETIMEDOUT);
+                if (call_first) gave_up(w, ctx);
+                throw unreachable_error(ctx + ": connect " + where() + ": timed out", ETIMEDOUT);
             }
             int soerr = 0;
             socklen_t sl = sizeof soerr;
@@ -465,17 +477,19 @@ private:
             if (soerr == 0) return fd;
             last = soerr;
         }
-        throw unreachable_error("lockingcenter: connect " + where() + ": " + detail::errno_text(last), last);
+        throw unreachable_error(ctx + ": connect " + where() + ": " + detail::errno_text(last), last);
     }
 
     // One request: connect, write the frame in one write, read one byte, close.
     char request(action a, std::string_view key, std::string_view source, opt_ms timeout,
                  const cancel_token* cancel) const {
         auto frame = encode(a, key, source);  // validates before connecting
-        if (cancel != nullptr && cancel->cancelled()) gave_up(2);
+        std::string ctx = std::string("lockingcenter: ") + action_name(a);
+        if (!key.empty()) ctx += " \"" + std::string(key) + "\"";
+        if (cancel != nullptr && cancel->cancelled()) gave_up(2, ctx);
         std::optional<clock::time_point> deadline;
         if (timeout && timeout->count() > 0) deadline = clock::now() + *timeout;
-        detail::fd_guard fd = dial(deadline, cancel);
+        detail::fd_guard fd = dial(deadline, cancel, ctx);
 
 #ifdef MSG_NOSIGNAL
         constexpr int send_flags = MSG_NOSIGNAL;
@@ -492,11 +506,11 @@ private:
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
                 int w = wait_fd(fd.get(), POLLOUT, deadline, cancel);
-                if (w != 0) gave_up(w);
+                if (w != 0) gave_up(w, ctx);
                 continue;
             }
             int code = errno;
-            throw unreachable_error("lockingcenter: send to " + where() + ": " + detail::errno_text(code), code);
+            throw unreachable_error(ctx + ": send to " + where() + ": " + detail::errno_text(code), code);
         }
 
         for (;;) {
@@ -507,13 +521,13 @@ private:
                 // granted key must not be reported as not granted.
                 if (::recv(fd.get(), &answer, 1, 0) == 1) return answer;
                 fd.reset();  // closing withdraws the waiter
-                gave_up(w);
+                gave_up(w, ctx);
             }
             ssize_t n = ::recv(fd.get(), &answer, 1, 0);
             if (n == 1) return answer;
             if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
             int code = n == 0 ? ECONNRESET : errno;
-            throw unreachable_error("lockingcenter: " + where() +
+            throw unreachable_error(ctx + ": " + where() +
                                         (n == 0 ? std::string(": connection closed without an answer")
                                                 : ": " + detail::errno_text(code)),
                                     code);

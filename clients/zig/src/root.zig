@@ -1,0 +1,318 @@
+//! Client for Locking-Center, a small distributed lock server.
+//!
+//! One request per TCP connection, on the standard library alone: connect
+//! (non-blocking, bounded by poll), write one frame, poll for one answer
+//! byte, close. POSIX systems (Linux, macOS, the BSDs).
+//!
+//!     var client = locking_center.Client.init(address, .{ .source = "billing" });
+//!     try client.lock("invoices/2026-11");
+//!     defer client.unlock("invoices/2026-11") catch {};
+
+const std = @import("std");
+const builtin = @import("builtin");
+const posix = std.posix;
+
+pub const wire = @import("wire.zig");
+pub const Action = wire.Action;
+
+/// The server's default TCP port.
+pub const default_port: u16 = 22119;
+
+/// How long a call that gave up waiting (timeout, cancellation) waits for
+/// the server to close after the hang-up. A grant that crossed the hang-up
+/// on the wire is still read in that window, so it is not lost.
+const hang_up_grace_ms: i32 = 2000;
+
+/// Everything a call can fail with. The outcomes a caller branches on are
+/// kept apart: NotWon, Reset, Refused (with the ValidationError names for
+/// input refused before sending, see `isRefused`) and Unreachable; Timeout
+/// and Cancelled when a wait was given up.
+pub const Error = wire.ValidationError || wire.AnswerError || error{
+    /// `tryLockOrError` found the key held ('#'). `tryLock` returns false.
+    NotWon,
+    /// The server could not be reached: connecting failed or timed out, the
+    /// connection closed without an answer, or no answer came within the
+    /// request timeout.
+    Unreachable,
+    /// The wait timeout passed; the connection was closed, so the server
+    /// has withdrawn the waiter.
+    Timeout,
+    /// The wait was cancelled through a CancelToken; the connection was
+    /// closed, so the server has withdrawn the waiter.
+    Cancelled,
+};
+
+/// True for Refused and for input refused before sending.
+pub fn isRefused(err: Error) bool {
+    return switch (err) {
+        error.Refused, error.KeyEmpty, error.KeyTooLong, error.SourceTooLong => true,
+        else => false,
+    };
+}
+
+/// Options given once, at `Client.init`.
+pub const Options = struct {
+    /// Names the requester (0..127 bytes); empty: the server uses the peer's
+    /// IP address. The slice must outlive the client.
+    source: []const u8 = "",
+    /// Time allowed for the TCP connection to be established.
+    connect_timeout_ns: u64 = 5 * std.time.ns_per_s,
+    /// Time allowed for the answer of calls that never queue (TryLock,
+    /// Unlock, the resets); null waits forever.
+    request_timeout_ns: ?u64 = 30 * std.time.ns_per_s,
+};
+
+/// How long a Lock or Wait may wait, and how it can be cancelled.
+pub const WaitOptions = struct {
+    /// Give up with error.Timeout after this long (from the call, connecting
+    /// included); null waits until granted.
+    timeout_ns: ?u64 = null,
+    /// Give up with error.Cancelled when this token is cancelled.
+    cancel: ?*CancelToken = null,
+};
+
+/// Cancels waiting calls from another thread.
+///
+/// It is a pipe: `cancel` writes one byte that is never read, so every call
+/// polling the token, now or later, wakes up, hangs up its connection (the
+/// server withdraws the waiter) and returns error.Cancelled.
+pub const CancelToken = struct {
+    fds: [2]posix.fd_t,
+    cancelled: std.atomic.Value(bool) = .init(false),
+
+    pub fn init() posix.PipeError!CancelToken {
+        return .{ .fds = try posix.pipe2(.{ .CLOEXEC = true, .NONBLOCK = true }) };
+    }
+
+    /// Closes the pipe; no call may be using the token any more.
+    pub fn deinit(self: *CancelToken) void {
+        posix.close(self.fds[0]);
+        posix.close(self.fds[1]);
+    }
+
+    /// Cancels every call waiting under this token, now and later.
+    /// Safe from any thread; more than once is fine.
+    pub fn cancel(self: *CancelToken) void {
+        if (self.cancelled.swap(true, .acq_rel)) return;
+        _ = posix.write(self.fds[1], "x") catch {};
+    }
+
+    pub fn isCancelled(self: *const CancelToken) bool {
+        return self.cancelled.load(.acquire);
+    }
+};
+
+/// Parses "a.b.c.d:port", "[v6]:port", or an IP without a port (22119).
+/// Host names: resolve them first (std.net.getAddressList) and pass the
+/// std.net.Address to `Client.init`.
+pub fn parseAddress(text: []const u8) error{ InvalidAddress, InvalidPort }!std.net.Address {
+    if (std.net.Address.parseIpAndPort(text)) |addr| {
+        if (addr.getPort() != 0) return addr;
+        var with_default = addr;
+        with_default.setPort(default_port);
+        return with_default;
+    } else |err| {
+        // A bare IPv4 or IPv6 address without brackets.
+        return std.net.Address.parseIp(text, default_port) catch err;
+    }
+}
+
+/// A Locking-Center client: an address and a source given once. It holds
+/// no connection; every call opens its own, so a Client may be shared by
+/// threads.
+pub const Client = struct {
+    address: std.net.Address,
+    options: Options,
+
+    pub fn init(address: std.net.Address, options: Options) Client {
+        return .{ .address = address, .options = options };
+    }
+
+    /// Waits (FIFO) until `key` is granted, without a time limit.
+    /// error.Reset if the key or this source is reset while waiting.
+    pub fn lock(self: Client, key: []const u8) Error!void {
+        return self.lockWith(key, .{});
+    }
+
+    /// Like `lock`, with a timeout and/or a CancelToken. If the grant
+    /// crosses the timeout or the cancellation on the wire, this returns
+    /// success: the key is held and must be unlocked.
+    pub fn lockWith(self: Client, key: []const u8, wait_options: WaitOptions) Error!void {
+        _ = try self.call(.lock, key, self.options.source, wait_options);
+    }
+
+    /// Takes `key` only if it is free right now: true if it is now held by
+    /// this client, false if someone holds it ('#').
+    pub fn tryLock(self: Client, key: []const u8) Error!bool {
+        return self.call(.try_lock, key, self.options.source, null);
+    }
+
+    /// `tryLock` that fails with error.NotWon instead of returning false,
+    /// for `try` chains.
+    pub fn tryLockOrError(self: Client, key: []const u8) Error!void {
+        if (!try self.tryLock(key)) return error.NotWon;
+    }
+
+    /// Releases `key` (any client may release any key); error.Refused if it
+    /// was not held.
+    pub fn unlock(self: Client, key: []const u8) Error!void {
+        _ = try self.call(.unlock, key, self.options.source, null);
+    }
+
+    /// Waits for one's turn on `key` and releases it at once.
+    pub fn wait(self: Client, key: []const u8) Error!void {
+        return self.waitWith(key, .{});
+    }
+
+    /// `wait` with a timeout and/or a CancelToken.
+    pub fn waitWith(self: Client, key: []const u8, wait_options: WaitOptions) Error!void {
+        try self.lockWith(key, wait_options);
+        try self.unlock(key);
+    }
+
+    /// Drops the holder of `key` and fails its waiters (error.Reset).
+    /// Idempotent.
+    pub fn resetByKey(self: Client, key: []const u8) Error!void {
+        _ = try self.call(.reset_by_key, key, "", null);
+    }
+
+    /// Fails every waiter from `source` (on any key), then releases every
+    /// key it holds. Empty `source`: the caller's own IP address.
+    pub fn resetBySource(self: Client, source: []const u8) Error!void {
+        _ = try self.call(.reset_by_source, "", source, null);
+    }
+
+    /// One request: validate, connect, write the frame, read one byte.
+    fn call(self: Client, action: Action, key: []const u8, source: []const u8, wait_options: ?WaitOptions) Error!bool {
+        // Validation first: nothing is opened for a bad request.
+        var buf: [wire.max_frame]u8 = undefined;
+        const frame = try wire.encode(&buf, action, key, source);
+        const token: ?*CancelToken = if (wait_options) |w| w.cancel else null;
+        if (token) |t| if (t.isCancelled()) return error.Cancelled;
+        var timer = std.time.Timer.start() catch return error.Unreachable;
+
+        const sock = try self.connect();
+        defer posix.close(sock);
+        try sendAll(sock, frame, self.options.connect_timeout_ns);
+
+        while (true) {
+            var timeout_ms: i32 = -1;
+            if (wait_options) |w| {
+                if (w.timeout_ns) |limit| {
+                    const spent = timer.read();
+                    if (spent >= limit) return giveUp(sock, action, error.Timeout);
+                    timeout_ms = msCeil(limit - spent);
+                }
+            } else if (self.options.request_timeout_ns) |limit| {
+                timeout_ms = msCeil(limit);
+            }
+
+            var fds = [2]posix.pollfd{
+                .{ .fd = sock, .events = posix.POLL.IN, .revents = 0 },
+                .{ .fd = if (token) |t| t.fds[0] else -1, .events = posix.POLL.IN, .revents = 0 },
+            };
+            const ready = posix.poll(&fds, timeout_ms) catch return error.Unreachable;
+            if (ready == 0) {
+                if (wait_options == null) return error.Unreachable; // request timeout
+                continue; // the deadline check above decides
+            }
+            // The answer wins over a cancellation that arrived with it.
+            if (fds[0].revents != 0) {
+                var answer: [1]u8 = undefined;
+                const n = posix.read(sock, &answer) catch |err| switch (err) {
+                    error.WouldBlock => continue,
+                    else => return error.Unreachable,
+                };
+                if (n == 0) return error.Unreachable; // closed without an answer
+                return wire.interpret(action, answer[0]);
+            }
+            if (fds[1].revents != 0) return giveUp(sock, action, error.Cancelled);
+        }
+    }
+
+    /// A connected, non-blocking TCP socket, or error.Unreachable.
+    fn connect(self: Client) Error!posix.socket_t {
+        const sock = posix.socket(
+            self.address.any.family,
+            posix.SOCK.STREAM | posix.SOCK.NONBLOCK | posix.SOCK.CLOEXEC,
+            posix.IPPROTO.TCP,
+        ) catch return error.Unreachable;
+        errdefer posix.close(sock);
+
+        posix.connect(sock, &self.address.any, self.address.getOsSockLen()) catch |err| switch (err) {
+            error.WouldBlock => {
+                var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
+                const ready = posix.poll(&fds, msCeil(self.options.connect_timeout_ns)) catch return error.Unreachable;
+                if (ready == 0) return error.Unreachable; // connect timeout
+                posix.getsockoptError(sock) catch return error.Unreachable;
+            },
+            else => return error.Unreachable,
+        };
+        // One small frame: send it now rather than wait for Nagle.
+        const one: c_int = 1;
+        posix.setsockopt(sock, posix.IPPROTO.TCP, posix.TCP.NODELAY, std.mem.asBytes(&one)) catch {};
+        if (@hasDecl(posix.SO, "NOSIGPIPE")) {
+            posix.setsockopt(sock, posix.SOL.SOCKET, posix.SO.NOSIGPIPE, std.mem.asBytes(&one)) catch {};
+        }
+        return sock;
+    }
+};
+
+const send_flags: u32 = if (@hasDecl(posix.MSG, "NOSIGNAL")) posix.MSG.NOSIGNAL else 0;
+
+/// Writes the whole frame (in one send unless the socket buffer is full,
+/// which a fresh connection's is not).
+fn sendAll(sock: posix.socket_t, frame: []const u8, timeout_ns: u64) Error!void {
+    var rest = frame;
+    while (rest.len > 0) {
+        const n = posix.send(sock, rest, send_flags) catch |err| switch (err) {
+            error.WouldBlock => {
+                var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
+                const ready = posix.poll(&fds, msCeil(timeout_ns)) catch return error.Unreachable;
+                if (ready == 0) return error.Unreachable;
+                continue;
+            },
+            else => return error.Unreachable,
+        };
+        rest = rest[n..];
+    }
+}
+
+/// Hangs up a waiting request: closes the write side so the server sees EOF
+/// and withdraws the waiter, then reads briefly so a grant that crossed the
+/// hang-up is not lost. The caller closes the socket.
+fn giveUp(sock: posix.socket_t, action: Action, why: Error) Error!bool {
+    posix.shutdown(sock, .send) catch return why;
+    var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.IN, .revents = 0 }};
+    const ready = posix.poll(&fds, hang_up_grace_ms) catch return why;
+    if (ready == 0) return why;
+    var answer: [1]u8 = undefined;
+    const n = posix.read(sock, &answer) catch return why;
+    if (n == 1 and (answer[0] == '+' or answer[0] == '-')) return wire.interpret(action, answer[0]);
+    return why;
+}
+
+/// Nanoseconds to a poll timeout in milliseconds, rounded up, capped.
+fn msCeil(ns: u64) i32 {
+    const ms = (ns + std.time.ns_per_ms - 1) / std.time.ns_per_ms;
+    return @intCast(@min(ms, std.math.maxInt(i32)));
+}
+
+test {
+    _ = wire;
+}
+
+test "parseAddress adds the default port" {
+    try std.testing.expectEqual(@as(u16, 22119), (try parseAddress("127.0.0.1")).getPort());
+    try std.testing.expectEqual(@as(u16, 7), (try parseAddress("127.0.0.1:7")).getPort());
+    try std.testing.expectEqual(@as(u16, 22119), (try parseAddress("[::1]")).getPort());
+    try std.testing.expectEqual(@as(u16, 9), (try parseAddress("[::1]:9")).getPort());
+    try std.testing.expectEqual(@as(u16, 22119), (try parseAddress("::1")).getPort());
+}
+
+test "isRefused groups the refusals" {
+    try std.testing.expect(isRefused(error.Refused));
+    try std.testing.expect(isRefused(error.KeyTooLong));
+    try std.testing.expect(!isRefused(error.Unreachable));
+    try std.testing.expect(!isRefused(error.Reset));
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/locking-center/locking-center/client"
+)
+
+// forwarded are the signals passed on to a command run under a lock, and
+// the ones that make a waiting lc-cli leave the queue.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// signalStatus is the exit status of a process ended by sig.
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 128 + int(syscall.SIGTERM)
+}
+
+func (a *app) cmdLock(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("lock")
+	var timeout durationFlag
+	fs.Var(&timeout, "timeout", "give up waiting after D")
+	pos, child, sep, done, err := a.parse("lock", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	key, err := a.oneKey("lock", pos)
+	if err != nil {
+		return 0, err
+	}
+	if sep && len(child) == 0 {
+		return 0, a.usage("lock", "no command after --")
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	c := a.client()
+	sig, err := a.waitTurn(ctx, sigs, key, timeout.d, c.Lock)
+	if code, err := a.notAcquired("lock", key, timeout.d, sig, err); code >= 0 {
+		return code, err
+	}
+	if sig != nil {
+		// Granted just as a signal arrived: the user wanted out.
+		a.releaseOrSay(c, key)
+		return signalStatus(sig), nil
+	}
+	if !sep {
+		return exitOK, nil
+	}
+	return a.runLocked(c, sigs, key, child)
+}
+
+func (a *app) cmdTryLock(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("trylock")
+	conflict := fs.Int("conflict-exit-code", exitNotAcquired, "exit status when the key is held")
+	pos, child, sep, done, err := a.parse("trylock", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	key, err := a.oneKey("trylock", pos)
+	if err != nil {
+		return 0, err
+	}
+	if *conflict < 0 || *conflict > 255 {
+		return 0, a.usage("trylock", "--conflict-exit-code %d: want 0 to 255", *conflict)
+	}
+	if sep && len(child) == 0 {
+		return 0, a.usage("trylock", "no command after --")
+	}
+	// Signals are caught from here on so that one arriving between the
+	// grant and the start of CMD still leads to a release.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	c := a.client()
+	switch err := c.TryLock(ctx, key); {
+	case errors.Is(err, client.ErrLocked):
+		return *conflict, nil
+	case errors.Is(err, client.ErrRefused):
+		return 0, withCode(exitNotAcquired, "trylock %s: not acquired: the server answered '-' (see its log)", printable(key))
+	case err != nil:
+		return 0, a.describe("trylock", key, err)
+	}
+	select {
+	case sig := <-sigs:
+		a.releaseOrSay(c, key)
+		return signalStatus(sig), nil
+	default:
+	}
+	if !sep {
+		return exitOK, nil
+	}
+	return a.runLocked(c, sigs, key, child)
+}
+
+func (a *app) cmdWait(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("wait")
+	var timeout durationFlag
+	fs.Var(&timeout, "timeout", "give up waiting after D")
+	pos, _, sep, done, err := a.parse("wait", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	key, err := a.oneKey("wait", pos)
+	if err != nil {
+		return 0, err
+	}
+	if sep {
+		return 0, a.usage("wait", "wait runs no command (use lock KEY -- CMD)")
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	c := a.client()
+	sig, err := a.waitTurn(ctx, sigs, key, timeout.d, c.Lock)
+	if code, err := a.notAcquired("wait", key, timeout.d, sig, err); code >= 0 {
+		return code, err
+	}
+	// Our turn came: hand it on at once, even if a signal just arrived.
+	if !a.releaseOrSay(c, key) {
+		return exitServer, nil
+	}
+	if sig != nil {
+		return signalStatus(sig), nil
+	}
+	return exitOK, nil
+}
+
+// notAcquired maps the outcome of waitTurn to an exit status; it returns
+// code -1 when the key was granted.
+func (a *app) notAcquired(op, key string, timeout time.Duration, sig os.Signal, err error) (int, error) {
+	switch {
+	case err == nil:
+		return -1, nil
+	case sig != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		fmt.Fprintf(a.stderr, "lc-cli: %s %s: %s while waiting; left the queue\n", op, printable(key), sigName(sig))
+		return signalStatus(sig), nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return 0, withCode(exitNotAcquired, "%s %s: not acquired within %s; left the queue", op, printable(key), timeout)
+	case errors.Is(err, client.ErrReset):
+		return 0, withCode(exitNotAcquired, "%s %s: not acquired: the server answered '-' (the key or this source was reset while waiting)", op, printable(key))
+	}
+	return 0, a.describe(op, key, err)
+}
+
+func sigName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
+}
+
+// waitTurn calls lock (which blocks until key is granted) under a context
+// that a signal or the timeout cancels, which closes the connection and so
+// withdraws the waiter. sig is the signal that arrived, if any; lock's
+// error is returned as it is. While it waits, the status line is drawn
+// when stderr is a terminal.
+func (a *app) waitTurn(ctx context.Context, sigs <-chan os.Signal, key string, timeout time.Duration,
+	lock func(context.Context, string) error) (os.Signal, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lockCtx := ctx
+	if timeout > 0 {
+		var cancelT context.CancelFunc
+		lockCtx, cancelT = context.WithTimeout(ctx, timeout)
+		defer cancelT()
+	}
+
+	// Both goroutines end, before waitTurn returns, when done is closed
+	// and the status context is cancelled.
+	done := make(chan struct{})
+	statusCtx, stopStatus := context.WithCancel(context.Background())
+	defer stopStatus()
+	var wg sync.WaitGroup
+	var sig os.Signal // written by the watcher, read after wg.Wait
+	wg.Go(func() {
+		select {
+		case sig = <-sigs:
+			cancel()
+		case <-done:
+		}
+	})
+	if a.errTerm {
+		st := &status{a: a, key: key, start: time.Now()}
+		wg.Go(func() { st.loop(statusCtx) })
+	}
+	err := lock(lockCtx, key)
+	close(done)
+	stopStatus()
+	wg.Wait()
+	return sig, err
+}
+
+func (a *app) cmdUnlock(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("unlock")
+	pos, _, sep, done, err := a.parse("unlock", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	key, err := a.oneKey("unlock", pos)
+	if err != nil {
+		return 0, err
+	}
+	if sep {
+		return 0, a.usage("unlock", "unlock runs no command")
+	}
+	switch err := a.client().Unlock(ctx, key); {
+	case errors.Is(err, client.ErrRefused):
+		return 0, withCode(exitServer, "unlock %s: the server answered '-': the key was not held", printable(key))
+	case err != nil:
+		return 0, a.describe("unlock", key, err)
+	}
+	return exitOK, nil
+}
+
+func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("reset")
+	pos, _, sep, done, err := a.parse("reset", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	if sep {
+		return 0, a.usage("reset", "reset runs no command")
+	}
+	if len(pos) == 0 {
+		return 0, a.usage("reset", "want 'reset key KEY' or 'reset source [SOURCE]'")
+	}
+	c := a.client()
+	switch pos[0] {
+	case "key":
+		key, err := a.oneKey("reset", pos[1:])
+		if err != nil {
+			return 0, err
+		}
+		if err := c.ResetByKey(ctx, key); err != nil {
+			return 0, a.describe("reset key", key, err)
+		}
+	case "source":
+		source := a.source
+		switch {
+		case len(pos) == 2:
+			source = pos[1]
+		case len(pos) > 2:
+			return 0, a.usage("reset", "unexpected argument %q after SOURCE", pos[2])
+		}
+		if len(source) > 127 {
+			return 0, a.usage("reset", "SOURCE is %d bytes long; at most 127 are allowed", len(source))
+		}
+		if err := c.ResetBySource(ctx, source); err != nil {
+			return 0, a.describe("reset source", source, err)
+		}
+	default:
+		return 0, a.usage("reset", "unknown reset %q: want 'key' or 'source'", pos[0])
+	}
+	return exitOK, nil
+}

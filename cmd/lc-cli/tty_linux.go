@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// isTerminal reports whether f is a terminal (its termios can be read).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// termWidth returns f's terminal width in columns, 80 when unknown.
+func termWidth(f *os.File) int {
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil || ws.Col == 0 {
+		return 80
+	}
+	return int(ws.Col)
+}
+
+// setParentDeathSignal makes the kernel send SIGTERM to the child if
+// lc-cli dies without forwarding anything (SIGKILL, a crash), so that no
+// orphan goes on running.
+func setParentDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+}

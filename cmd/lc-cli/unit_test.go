@@ -1,0 +1,102 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestParseArgsAcceptsFlagsAfterKey(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		pos     []string
+		child   []string
+		sep     bool
+		timeout time.Duration
+	}{
+		{[]string{"k"}, []string{"k"}, nil, false, 0},
+		{[]string{"--timeout", "5s", "k"}, []string{"k"}, nil, false, 5 * time.Second},
+		{[]string{"k", "--timeout", "5s", "--", "cmd", "--timeout", "x"}, []string{"k"}, []string{"cmd", "--timeout", "x"}, true, 5 * time.Second},
+		{[]string{"k", "-timeout=2", "--", "sh", "-c", "exit 1"}, []string{"k"}, []string{"sh", "-c", "exit 1"}, true, 2 * time.Second},
+		{[]string{"k", "--"}, []string{"k"}, []string{}, true, 0},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var d durationFlag
+		fs.Var(&d, "timeout", "")
+		pos, child, sep, err := parseArgs(fs, c.args)
+		if err != nil || !reflect.DeepEqual(pos, c.pos) || !reflect.DeepEqual(child, c.child) || sep != c.sep || d.d != c.timeout {
+			t.Errorf("%q: pos %q child %q sep %v timeout %v err %v", c.args, pos, child, sep, d.d, err)
+		}
+	}
+}
+
+func TestDurationFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{"30s": 30 * time.Second, "5m": 5 * time.Minute, "30": 30 * time.Second, "0.5": 500 * time.Millisecond, "0": 0} {
+		var d durationFlag
+		if err := d.Set(in); err != nil || d.d != want {
+			t.Errorf("%q: %v %v, want %v", in, d.d, err, want)
+		}
+	}
+	for _, in := range []string{"", "soon", "-1s", "-3"} {
+		var d durationFlag
+		if err := d.Set(in); err == nil {
+			t.Errorf("%q accepted as %v", in, d.d)
+		}
+	}
+}
+
+func TestAge(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0s", 400 * time.Millisecond: "0s", 45 * time.Second: "45s",
+		12*time.Minute + 3*time.Second: "12m3s", 5*time.Hour + 2*time.Minute + 9*time.Second: "5h2m",
+		76 * time.Hour: "3d4h",
+	} {
+		if got := age(d); got != want {
+			t.Errorf("age(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"deploy/prod": "deploy/prod", "clé": "clé", "a\x1b[2Jb": `"a\x1b[2Jb"`, "tab\t": `"tab\t"`, "\xff": `"\xff"`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestKeyPath(t *testing.T) {
+	if got := keyPath("a/../b c.é"); got != "a%2F%2E%2E%2Fb%20c%2E%C3%A9" {
+		t.Errorf("keyPath = %q", got)
+	}
+}
+
+func TestStatusPlace(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	queue := []apiQueue{
+		{Source: "bob", Remote: "10.0.0.2:1000", Since: start.Add(-time.Minute)},
+		{Source: "carol", Remote: "10.0.0.3:2000", Since: start.Add(-10 * time.Second)},
+		{Source: "carol", Remote: "10.0.0.3:2001", Since: start.Add(20 * time.Millisecond)},
+		{Source: "10.0.0.9", Remote: "10.0.0.9:3000", Since: start.Add(time.Second)},
+	}
+	s := &status{a: &app{source: "carol"}, start: start}
+	if got := s.place(queue); got != 2 || s.me != "10.0.0.3:2001" {
+		t.Errorf("place by source and time = %d (%q), want 2", got, s.me)
+	}
+	// Once recognised, the entry is followed by its remote address.
+	if got := s.place(queue[1:]); got != 1 {
+		t.Errorf("after the head left: %d, want 1", got)
+	}
+	anon := &status{a: &app{}, start: start}
+	if got := anon.place(queue); got != 3 {
+		t.Errorf("place without a source = %d, want 3 (the entry whose source is its IP)", got)
+	}
+	if got := (&status{a: &app{source: "dave"}, start: start}).place(queue); got != -1 {
+		t.Errorf("place of an absent waiter = %d, want -1", got)
+	}
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// apiKey is one held key as the JSON API shows it (SPEC §4).
+type apiKey struct {
+	Key     string     `json:"key"`
+	Source  string     `json:"source"`
+	Remote  string     `json:"remote"`
+	Since   time.Time  `json:"since"`
+	Waiters int        `json:"waiters"`
+	Queue   []apiQueue `json:"queue"` // only in GET /api/v1/keys/{key}
+}
+
+// apiQueue is one waiter of a key, in queue order.
+type apiQueue struct {
+	Source string    `json:"source"`
+	Remote string    `json:"remote"`
+	Since  time.Time `json:"since"`
+}
+
+// errNotHeld is the JSON API's 404 for one key.
+var errNotHeld = errors.New("not held")
+
+// maxAPIBody bounds what lc-cli reads from the JSON API.
+const maxAPIBody = 64 << 20
+
+// webAPI reads the JSON API of one server.
+type webAPI struct {
+	base *url.URL // scheme, userinfo and host
+	http *http.Client
+}
+
+// newWebAPI accepts HOST:PORT or a URL (for https, or a password:
+// https://admin:secret@host:22120).
+func newWebAPI(address string) (*webAPI, error) {
+	raw := address
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--web-address %q: want HOST:PORT or an http(s) URL", address)
+	}
+	return &webAPI{base: &url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host},
+		http: &http.Client{Timeout: 10 * time.Second}}, nil
+}
+
+// get fetches path?query and returns the body of a 200 answer.
+func (w *webAPI) get(ctx context.Context, path string, query url.Values) ([]byte, http.Header, error) {
+	u := *w.base
+	u.User = nil
+	u.RawPath = path // already escaped
+	u.Path, _ = url.PathUnescape(path)
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.base.User != nil {
+		pw, _ := w.base.User.Password()
+		req.SetBasicAuth(w.base.User.Username(), pw)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach the JSON API at %s: %s (see --web-address or LC_WEB_ADDRESS)", w.base.Host, rootCause(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return body, resp.Header, nil
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/api/v1/keys/"):
+		return nil, nil, errNotHeld
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, nil, fmt.Errorf("the JSON API at %s asks for a password: use --web-address http://admin:PASSWORD@%s", w.base.Host, w.base.Host)
+	}
+	return nil, nil, fmt.Errorf("GET %s at %s: %s", path, w.base.Host, resp.Status)
+}
+
+// key fetches one key with its queue; errNotHeld when nobody holds it.
+func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
+	body, _, err := w.get(ctx, "/api/v1/keys/"+keyPath(key), nil)
+	if err != nil {
+		return nil, err
+	}
+	var k apiKey
+	if err := json.Unmarshal(body, &k); err != nil {
+		return nil, fmt.Errorf("the JSON API sent a key that does not decode: %w", err)
+	}
+	return &k, nil
+}
+
+// keyPath percent-encodes a key as one path segment, every byte but ASCII
+// letters, digits, '-', '_' and '~' (as the web package's KeyPath does), so
+// that path cleaning cannot rewrite keys such as "a/../b".
+func keyPath(key string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {
+	fs := a.flagSet("keys")
+	asJSON := fs.Bool("json", false, "print the JSON list")
+	prefix := fs.String("prefix", "", "only keys that start with P")
+	limit := fs.Int("limit", 0, "at most N keys")
+	pos, _, sep, done, err := a.parse("keys", fs, args)
+	if err != nil || done {
+		return exitOK, err
+	}
+	if len(pos) > 0 || sep {
+		return 0, a.usage("keys", "keys takes no arguments (filter with --prefix)")
+	}
+	if *limit < 0 {
+		return 0, a.usage("keys", "--limit %d: want a positive number", *limit)
+	}
+	api, err := newWebAPI(a.webAddress)
+	if err != nil {
+		return 0, a.usage("keys", "%v", err)
+	}
+	q := url.Values{}
+	if *prefix != "" {
+		q.Set("prefix", *prefix)
+	}
+	if *limit > 0 {
+		q.Set("limit", strconv.Itoa(*limit))
+	}
+	body, hdr, err := api.get(ctx, "/api/v1/keys", q)
+	if err != nil {
+		return 0, withCode(exitServer, "keys: %w", err)
+	}
+	var keys []apiKey
+	if err := json.Unmarshal(body, &keys); err != nil {
+		return 0, withCode(exitServer, "keys: the JSON API sent a list that does not decode: %w", err)
+	}
+	if *asJSON {
+		a.stdout.Write(body)
+		if len(body) == 0 || body[len(body)-1] != '\n' {
+			fmt.Fprintln(a.stdout)
+		}
+		return exitOK, nil
+	}
+	writeKeys(a.stdout, keys, time.Now())
+	if hdr.Get("Link") != "" {
+		fmt.Fprintf(a.stderr, "lc-cli: more keys follow; raise --limit or narrow --prefix\n")
+	}
+	return exitOK, nil
+}
+
+// writeKeys prints the held keys as an aligned table.
+func writeKeys(w io.Writer, keys []apiKey, now time.Time) {
+	if len(keys) == 0 {
+		fmt.Fprintln(w, "no key is held")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSOURCE\tHELD FOR\tWAITERS")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", printable(k.Key), printable(k.Source), age(now.Sub(k.Since)), k.Waiters)
+	}
+	tw.Flush()
+}
+
+// age formats a duration the way people read it: 45s, 12m3s, 5h2m, 3d4h.
+func age(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Hour:
+		return d.String()
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", d/time.Hour, (d%time.Hour)/time.Minute)
+	}
+	days := d / (24 * time.Hour)
+	return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
+}

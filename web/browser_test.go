@@ -1,0 +1,256 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/wire"
+)
+
+// stack is the server as main.go wires it: one table, the TCP protocol and
+// the web handler sharing one Metrics, on free ports of 127.0.0.1.
+type stack struct {
+	table   *locker.Table
+	tcp     string // host:port of the lock protocol
+	web     string // http://host:port
+	metrics *Metrics
+}
+
+func startStack(t *testing.T, o Options) *stack {
+	t.Helper()
+	m := NewMetrics(MetricsOptions{})
+	table := locker.New(locker.Options{OnGrant: m.ObserveWait, OnRelease: m.ObserveHold})
+	quiet := slog.New(slog.DiscardHandler)
+	srv := &wire.Server{Table: table, Observer: m, Logger: quiet}
+	o.Table, o.Metrics, o.Connections, o.Logger = table, m, srv.Connections, quiet
+	httpSrv := &http.Server{Handler: New(o), ReadHeaderTimeout: 5 * time.Second}
+
+	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	webLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(tcpLn) })     // returns ErrServerClosed at Shutdown
+	wg.Go(func() { _ = httpSrv.Serve(webLn) }) // returns ErrServerClosed at Shutdown
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("lock protocol shutdown: %v", err)
+		}
+		if err := httpSrv.Shutdown(ctx); err != nil {
+			t.Errorf("web shutdown: %v", err)
+		}
+		wg.Wait()
+	})
+	return &stack{table: table, tcp: tcpLn.Addr().String(), web: "http://" + webLn.Addr().String(), metrics: m}
+}
+
+// awaitWaiters waits until key has n waiters.
+func (s *stack) awaitWaiters(t *testing.T, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ki, ok := s.table.Key(key); ok && ki.Waiters == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q never had %d waiters", key, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// chromiumPath finds the browser: $LC_CHROMIUM, else the usual names.
+func chromiumPath() string {
+	if p := os.Getenv("LC_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestDashboardInBrowser drives the dashboard in a real headless chromium:
+// a key held over TCP with a waiter shows up, Reset and its confirmation
+// free it, and the waiting client is answered '-'. It saves a screenshot of
+// the dashboard (in the test's artifact folder, and as dashboard.png in
+// $LC_SCREENSHOT_DIR when that is set).
+func TestDashboardInBrowser(t *testing.T) {
+	chrome := chromiumPath()
+	if chrome == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed: CI must run the real-browser test (apt-get install chromium)")
+		}
+		t.Skip("SKIPPED: chromium not found, so the real-browser test of the dashboard did not run; install the chromium package or set LC_CHROMIUM")
+	}
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("SKIPPED: -short, the real-browser test of the dashboard did not run")
+	}
+
+	s := startStack(t, Options{StuckAfter: 10 * time.Minute, Version: "v1.0.0"})
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+
+	// Keys restored as if from the log, so that the page looks like a day
+	// at work: several services, one key stuck for most of an hour, one
+	// key whose name is markup that must show as text.
+	now := time.Now()
+	restored := []struct {
+		key, source, remote string
+		age                 time.Duration
+	}{
+		{"deploy/production", "ci-runner-7", "10.0.4.17:53124", 47 * time.Minute},
+		{"cron/nightly-report", "reports", "10.0.2.9:40022", 3*time.Minute + 12*time.Second},
+		{"db/migrations", "api-2", "10.0.3.21:38110", 41 * time.Second},
+		{"cache/warmup/eu-west", "cache-warmer", "10.0.5.4:51890", 9 * time.Second},
+		{`<img src=x onerror="document.title='pwned'">`, "fuzzer", "10.0.9.9:40404", 2 * time.Minute},
+	}
+	for _, r := range restored {
+		if err := s.table.Restore(r.key, locker.Holder{Source: r.source, Remote: r.remote}, now.Add(-r.age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const key = "invoices/2026-11"
+	holder := client.New(s.tcp, client.WithSource("billing"))
+	if err := holder.Lock(ctx, key); err != nil {
+		t.Fatalf("holder lock: %v", err)
+	}
+	waited := make(chan error, 1)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	go func() { waited <- client.New(s.tcp, client.WithSource("billing-retry")).Lock(waitCtx, key) }()
+	s.awaitWaiters(t, key, 1)
+
+	alloc, stopAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.WindowSize(1360, 820),
+	)
+	defer stopAlloc()
+	browser, stopBrowser := chromedp.NewContext(alloc)
+	defer stopBrowser()
+
+	row := chromedp.CSS(fmt.Sprintf(`tr[data-key=%q]`, key))
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(s.web+"/"),
+		chromedp.WaitVisible(row),
+	); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	waiters, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=waiters]`, key))))
+	if err != nil || strings.TrimSpace(waiters) != "1" {
+		t.Fatalf("waiters cell: %q, %v; want 1", waiters, err)
+	}
+	stuckRow, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`tr.is-stuck`)))
+	if err != nil || !strings.Contains(stuckRow, "deploy/production") {
+		t.Fatalf("stuck row: %q, %v", stuckRow, err)
+	}
+	markup, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`tr[data-key^="<img"] [data-testid=key-link]`)))
+	if err != nil || markup != restored[4].key {
+		t.Fatalf("markup key shown as %q (%v), want the text %q", markup, err, restored[4].key)
+	}
+	// Let live.js refresh once so that the status shows it is live.
+	if _, err := chromedp.Run(browser, chromedp.Poll[bool](`document.getElementById("live-status").textContent.startsWith("Live ·")`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("live refresh never ran: %v", err)
+	}
+	shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveScreenshot(t, "dashboard.png", shot)
+	if title, _ := chromedp.Run(browser, chromedp.Title()); strings.Contains(title, "pwned") {
+		t.Fatal("a key's markup ran as HTML")
+	}
+
+	// Reset, confirm, and the key is gone.
+	if err := chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=reset-key]`, key))),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=confirm]`)),
+	); err != nil {
+		t.Fatalf("open the confirmation: %v", err)
+	}
+	confirm, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-testid=confirm]`)))
+	if err != nil || !strings.Contains(confirm, "1 waiter is answered") {
+		t.Fatalf("confirmation text: %q, %v", confirm, err)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "confirm.png", shot)
+	}
+	if err := chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(`[data-testid=confirm-reset]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=flash]`)),
+		chromedp.WaitNotPresent(row),
+	); err != nil {
+		t.Fatalf("confirm the reset: %v", err)
+	}
+	flash, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-testid=flash]`)))
+	if err != nil || !strings.Contains(flash, "released 1 key, refused 1 waiter") {
+		t.Fatalf("message after the reset: %q, %v", flash, err)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "after-reset.png", shot)
+	}
+
+	select {
+	case err := <-waited:
+		if !errors.Is(err, client.ErrReset) {
+			t.Fatalf("the waiting client got %v, want client.ErrReset ('-')", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting client was never answered")
+	}
+	if _, held := s.table.Key(key); held {
+		t.Fatal("the key is still held after the reset")
+	}
+}
+
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dirs := []string{t.ArtifactDir()}
+	if d := os.Getenv("LC_SCREENSHOT_DIR"); d != "" && name == "dashboard.png" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Errorf("save screenshot: %v", err)
+			continue
+		}
+		t.Logf("screenshot: %s", p)
+	}
+}

@@ -37,8 +37,10 @@ summary=$(awk '/^test result:/ {
       if ($(i+1) ~ /^ignored/) s += $i
     }
   } END { printf "%d passed, %d failed, %d skipped", p, f, s }' "$log")
-if [ "$rc" -ne 0 ] && [ "${summary#0 passed, 0 failed}" != "$summary" ]; then
-  echo "cargo test exited $rc before running tests"
+if [ "$rc" -ne 0 ] && [ "${summary#*passed, 0 failed}" != "$summary" ]; then
+  # A build error: no "test result" line counted the failure.
+  echo "cargo test exited $rc before its tests ran"
+  summary=$(sed 's/passed, 0 failed/passed, 1 failed/' <<<"$summary")
 fi
 echo "$summary"
 exit "$rc"

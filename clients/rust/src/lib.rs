@@ -143,7 +143,8 @@ impl Client {
     /// Errors: [`Error::Refused`] if the key was not held;
     /// [`Error::Invalid`], [`Error::Unreachable`].
     pub fn unlock(&self, key: &str) -> Result<(), Error> {
-        self.call(Action::Unlock, key, &self.source, None).map(|_| ())
+        self.call(Action::Unlock, key, &self.source, None)
+            .map(|_| ())
     }
 
     /// Waits for one's turn on `key` and releases it at once: returns when
@@ -276,7 +277,9 @@ impl Client {
             }
             // A zero Duration is refused by set_read_timeout.
             let read_timeout = read_timeout.map(|t| t.max(Duration::from_millis(1)));
-            stream.set_read_timeout(read_timeout).map_err(Error::Unreachable)?;
+            stream
+                .set_read_timeout(read_timeout)
+                .map_err(Error::Unreachable)?;
 
             match stream.read(&mut answer) {
                 Ok(1) => return wire::interpret(action, answer[0]),
@@ -292,7 +295,10 @@ impl Client {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
-                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
                 {
                     if wait.is_none() {
                         return Err(Error::Unreachable(io::Error::new(
@@ -511,7 +517,10 @@ impl Drop for LockGuard {
             self.key
         );
         if let Err(e) = self.client.unlock(&self.key) {
-            eprintln!("locking-center: unlock of key {:?} on drop failed: {e}", self.key);
+            eprintln!(
+                "locking-center: unlock of key {:?} on drop failed: {e}",
+                self.key
+            );
         }
     }
 }

@@ -137,7 +137,10 @@ mod tests {
             encode(Action::TryLock, "k", "s").unwrap(),
             vec![5, 1, b'k', 1, b's']
         );
-        assert_eq!(encode(Action::ResetBySource, "", "").unwrap(), vec![4, 0, 0]);
+        assert_eq!(
+            encode(Action::ResetBySource, "", "").unwrap(),
+            vec![4, 0, 0]
+        );
     }
 
     #[test]
@@ -145,7 +148,10 @@ mod tests {
         let k = "é".repeat(63); // 126 bytes
         assert!(encode(Action::Lock, &k, "").is_ok());
         let k = "é".repeat(64); // 128 bytes
-        assert!(matches!(encode(Action::Lock, &k, ""), Err(Error::Invalid(_))));
+        assert!(matches!(
+            encode(Action::Lock, &k, ""),
+            Err(Error::Invalid(_))
+        ));
     }
 
     #[test]

@@ -70,7 +70,11 @@ fn waiters_are_served_in_fifo_order() {
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     for (i, name) in ["first", "second", "third"].into_iter().enumerate() {
-        let (c, k, tx) = (client(&addr, &format!("rust-{name}")), key.clone(), tx.clone());
+        let (c, k, tx) = (
+            client(&addr, &format!("rust-{name}")),
+            key.clone(),
+            tx.clone(),
+        );
         threads.push(thread::spawn(move || {
             c.lock_timeout(&k, Duration::from_secs(20)).unwrap();
             tx.send(name).unwrap();
@@ -108,12 +112,19 @@ fn wait_returns_when_the_holder_releases() {
 /// that releasing the holder leaves the key free: the withdrawn waiter was
 /// not handed the lock.
 fn assert_withdrawn(holder: &Client, key: &str) {
-    if std::env::var("LC_TEST_WEB_ADDRESS").map_or(false, |w| !w.is_empty()) {
+    if std::env::var("LC_TEST_WEB_ADDRESS").is_ok_and(|w| !w.is_empty()) {
         let got = wait_queue_len(key, 0, Duration::from_secs(5));
-        assert_eq!(got, Some(0), "waiter still queued (or JSON API unavailable)");
+        assert_eq!(
+            got,
+            Some(0),
+            "waiter still queued (or JSON API unavailable)"
+        );
     }
     holder.unlock(key).unwrap();
-    assert!(holder.try_lock(key).unwrap(), "key was granted to a withdrawn waiter");
+    assert!(
+        holder.try_lock(key).unwrap(),
+        "key was granted to a withdrawn waiter"
+    );
     holder.unlock(key).unwrap();
 }
 
@@ -212,8 +223,15 @@ fn over_long_key_is_refused_before_connecting() {
     let c = Client::new("127.0.0.1:1");
     let err = c.lock(&"k".repeat(128)).unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err:?}");
-    let err = c.clone().with_source("s".repeat(128)).try_lock("k").unwrap_err();
-    assert!(matches!(err, Error::Invalid(_)) && err.is_refused(), "{err:?}");
+    let err = c
+        .clone()
+        .with_source("s".repeat(128))
+        .try_lock("k")
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Invalid(_)) && err.is_refused(),
+        "{err:?}"
+    );
     // A valid request to the same address is Unreachable.
     assert!(matches!(c.unlock("k"), Err(Error::Unreachable(_))));
 }

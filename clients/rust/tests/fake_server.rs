@@ -88,23 +88,35 @@ fn try_lock_not_won_is_false_and_guard_gives_not_won() {
     let (addr, _rx) = serve_one(answer(b'#'));
     assert!(!Client::new(addr).try_lock("k").unwrap());
     let (addr, _rx) = serve_one(answer(b'#'));
-    assert!(matches!(Client::new(addr).try_lock_guard("k"), Err(Error::NotWon)));
+    assert!(matches!(
+        Client::new(addr).try_lock_guard("k"),
+        Err(Error::NotWon)
+    ));
 }
 
 #[test]
 fn reset_by_source_sends_an_empty_key() {
     let (addr, rx) = serve_one(answer(b'+'));
-    Client::new(addr).with_source("me").reset_by_source("svc-b").unwrap();
+    Client::new(addr)
+        .with_source("me")
+        .reset_by_source("svc-b")
+        .unwrap();
     assert_eq!(rx.recv().unwrap().frame, b"\x04\x00\x05svc-b");
     let (addr, rx) = serve_one(answer(b'+'));
-    Client::new(addr).with_source("me").reset_by_key("k").unwrap();
+    Client::new(addr)
+        .with_source("me")
+        .reset_by_key("k")
+        .unwrap();
     assert_eq!(rx.recv().unwrap().frame, b"\x03\x01k\x00");
 }
 
 #[test]
 fn closed_without_answer_is_unreachable() {
     let (addr, _rx) = serve_one(|_| false); // drops the connection
-    assert!(matches!(Client::new(addr).unlock("k"), Err(Error::Unreachable(_))));
+    assert!(matches!(
+        Client::new(addr).unlock("k"),
+        Err(Error::Unreachable(_))
+    ));
 }
 
 #[test]
@@ -120,17 +132,25 @@ fn refused_connection_is_unreachable() {
 #[test]
 fn unexpected_byte_is_reported() {
     let (addr, _rx) = serve_one(answer(b'?'));
-    assert!(matches!(Client::new(addr).unlock("k"), Err(Error::UnexpectedAnswer(b'?'))));
+    assert!(matches!(
+        Client::new(addr).unlock("k"),
+        Err(Error::UnexpectedAnswer(b'?'))
+    ));
 }
 
 #[test]
 fn timeout_hangs_up_so_the_server_withdraws() {
     let (addr, rx) = serve_one(sees_eof);
     let start = Instant::now();
-    let err = Client::new(addr).lock_timeout("k", Duration::from_millis(200)).unwrap_err();
+    let err = Client::new(addr)
+        .lock_timeout("k", Duration::from_millis(200))
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout), "{err:?}");
     assert!(start.elapsed() >= Duration::from_millis(200));
-    assert!(rx.recv().unwrap().hung_up, "stand-in did not see the hang-up");
+    assert!(
+        rx.recv().unwrap().hung_up,
+        "stand-in did not see the hang-up"
+    );
 }
 
 #[test]
@@ -164,7 +184,9 @@ fn grant_crossing_the_timeout_is_kept() {
         let _ = s.write_all(b"+");
         eof
     });
-    Client::new(addr).lock_timeout("k", Duration::from_millis(100)).unwrap();
+    Client::new(addr)
+        .lock_timeout("k", Duration::from_millis(100))
+        .unwrap();
 }
 
 #[test]

@@ -85,7 +85,10 @@ fn every_invalid_entry_is_refused_before_connecting() {
             Action::TryLock => c.try_lock(key),
             Action::ResetBySource => c.reset_by_source(source).map(|_| true),
         };
-        assert!(matches!(result, Err(Error::Invalid(_))), "{name}: got {result:?}");
+        assert!(
+            matches!(result, Err(Error::Invalid(_))),
+            "{name}: got {result:?}"
+        );
     }
 }
 
@@ -101,23 +104,51 @@ fn answers_map_to_outcomes() {
         assert_eq!(parsed.byte(), byte);
         match parsed {
             Answer::Success => {
-                for act in [Action::Lock, Action::Unlock, Action::ResetByKey, Action::ResetBySource, Action::TryLock] {
+                for act in [
+                    Action::Lock,
+                    Action::Unlock,
+                    Action::ResetByKey,
+                    Action::ResetBySource,
+                    Action::TryLock,
+                ] {
                     assert!(matches!(wire::interpret(act, byte), Ok(true)), "{act:?} +");
                 }
             }
             Answer::Failure => {
-                assert!(matches!(wire::interpret(Action::Lock, byte), Err(Error::Reset)));
-                for act in [Action::Unlock, Action::ResetByKey, Action::ResetBySource, Action::TryLock] {
-                    assert!(matches!(wire::interpret(act, byte), Err(Error::Refused)), "{act:?} -");
+                assert!(matches!(
+                    wire::interpret(Action::Lock, byte),
+                    Err(Error::Reset)
+                ));
+                for act in [
+                    Action::Unlock,
+                    Action::ResetByKey,
+                    Action::ResetBySource,
+                    Action::TryLock,
+                ] {
+                    assert!(
+                        matches!(wire::interpret(act, byte), Err(Error::Refused)),
+                        "{act:?} -"
+                    );
                 }
             }
             Answer::NotWon => {
                 assert!(matches!(wire::interpret(Action::TryLock, byte), Ok(false)));
-                for act in [Action::Lock, Action::Unlock, Action::ResetByKey, Action::ResetBySource] {
-                    assert!(matches!(wire::interpret(act, byte), Err(Error::UnexpectedAnswer(_))), "{act:?} #");
+                for act in [
+                    Action::Lock,
+                    Action::Unlock,
+                    Action::ResetByKey,
+                    Action::ResetBySource,
+                ] {
+                    assert!(
+                        matches!(wire::interpret(act, byte), Err(Error::UnexpectedAnswer(_))),
+                        "{act:?} #"
+                    );
                 }
             }
         }
     }
-    assert!(matches!(wire::interpret(Action::Lock, b'?'), Err(Error::UnexpectedAnswer(b'?'))));
+    assert!(matches!(
+        wire::interpret(Action::Lock, b'?'),
+        Err(Error::UnexpectedAnswer(b'?'))
+    ));
 }

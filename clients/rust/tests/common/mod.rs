@@ -48,7 +48,10 @@ impl Json {
 }
 
 pub fn parse_json(text: &str) -> Json {
-    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        i: 0,
+    };
     let v = p.value();
     p.ws();
     assert_eq!(p.i, p.s.len(), "trailing bytes in JSON");
@@ -68,7 +71,13 @@ impl Parser<'_> {
     }
     fn eat(&mut self, b: u8) {
         self.ws();
-        assert_eq!(self.s.get(self.i), Some(&b), "JSON: expected {:?} at {}", b as char, self.i);
+        assert_eq!(
+            self.s.get(self.i),
+            Some(&b),
+            "JSON: expected {:?} at {}",
+            b as char,
+            self.i
+        );
         self.i += 1;
     }
     fn value(&mut self) -> Json {
@@ -123,12 +132,18 @@ impl Parser<'_> {
             _ => {
                 let start = self.i;
                 while self.i < self.s.len()
-                    && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                    && matches!(
+                        self.s[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
                 {
                     self.i += 1;
                 }
                 let t = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                Json::Num(t.parse().unwrap_or_else(|_| panic!("JSON: bad number {t:?}")))
+                Json::Num(
+                    t.parse()
+                        .unwrap_or_else(|_| panic!("JSON: bad number {t:?}")),
+                )
             }
         }
     }
@@ -193,19 +208,32 @@ pub fn unhex(s: &str) -> Vec<u8> {
 
 /// A key no other run or test uses: `rust-<name>-<random>`.
 pub fn unique_key(name: &str) -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("rust-{name}-{:x}{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "rust-{name}-{:x}{:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
 }
 
 /// GET /api/v1/keys/{key}: `Some(None)` when the key is not held (404),
 /// `Some(Some(json))` when it is, `None` when the web port is not set or
 /// the API does not answer as the contract says.
 pub fn key_info(key: &str) -> Option<Option<Json>> {
-    let web = std::env::var("LC_TEST_WEB_ADDRESS").ok().filter(|s| !s.is_empty())?;
+    let web = std::env::var("LC_TEST_WEB_ADDRESS")
+        .ok()
+        .filter(|s| !s.is_empty())?;
     let mut s = TcpStream::connect(&web).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     // Keys used here are [a-z0-9-] only, so the path needs no escaping.
-    write!(s, "GET /api/v1/keys/{key} HTTP/1.0\r\nHost: {web}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET /api/v1/keys/{key} HTTP/1.0\r\nHost: {web}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     let status: u16 = resp.split(' ').nth(1)?.parse().ok()?;

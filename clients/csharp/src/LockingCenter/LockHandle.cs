@@ -15,13 +15,20 @@ namespace LockingCenter
     /// thread-safe.
     /// </summary>
     /// <remarks>
+    /// <c>IAsyncDisposable</c> is implemented where the target has it: netstandard2.1 and .NET Core 3+
+    /// (symbols defined by the SDK), and Mono builds given <c>-define:LC_ASYNC_DISPOSABLE</c> (test.sh
+    /// does so when Mono's mscorlib has the interface). The netstandard2.0 build leaves it out rather
+    /// than depend on the Microsoft.Bcl.AsyncInterfaces package; <see cref="UnlockAsync"/> is there on
+    /// every target.
+    /// </remarks>
+    /// <remarks>
     /// Dispose throws when the unlock fails (<see cref="RefusedException"/> if the key was reset meanwhile,
     /// <see cref="UnreachableException"/> if the server is gone): a lock that may still be held must not
     /// pass silently. If the server could not be reached, the handle stays unreleased and the unlock can
     /// be tried again.
     /// </remarks>
     public sealed class LockHandle : IDisposable
-#if NETSTANDARD2_1_OR_GREATER || NETCOREAPP3_0_OR_GREATER
+#if NETSTANDARD2_1_OR_GREATER || NETCOREAPP3_0_OR_GREATER || LC_ASYNC_DISPOSABLE
         , IAsyncDisposable
 #endif
     {
@@ -73,12 +80,12 @@ namespace LockingCenter
             UnlockAsync().GetAwaiter().GetResult();
         }
 
-#if NETSTANDARD2_1_OR_GREATER || NETCOREAPP3_0_OR_GREATER
+#if NETSTANDARD2_1_OR_GREATER || NETCOREAPP3_0_OR_GREATER || LC_ASYNC_DISPOSABLE
         /// <summary>Unlocks the key without blocking, once: the end of an <c>await using</c> scope.</summary>
         /// <returns>A task that completes when the key is released.</returns>
-        public async ValueTask DisposeAsync()
+        public ValueTask DisposeAsync()
         {
-            await UnlockAsync().ConfigureAwait(false);
+            return new ValueTask(UnlockAsync());
         }
 #endif
 

@@ -148,6 +148,24 @@ namespace LockingCenter.Tests
             }
         }
 
+#if NETCOREAPP3_0_OR_GREATER || LC_ASYNC_DISPOSABLE
+        [Fact]
+        public async Task DisposeAsyncUnlocksOnce()
+        {
+            using (var fake = new FakeServer(f => '+'))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                LockHandle held = await client.LockAsync("k");
+                IAsyncDisposable scope = held;
+                await scope.DisposeAsync();
+                await scope.DisposeAsync();
+                Assert.True(held.IsReleased);
+                Assert.Equal(2, fake.Frames.Count);
+                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+            }
+        }
+#endif
+
         [Fact]
         public async Task WaitLocksThenUnlocks()
         {

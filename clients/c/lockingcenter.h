@@ -104,7 +104,8 @@ lc_err lc_client_init(lc_client *c, const char *address, const char *source);
  * A cancel token: a pipe polled beside the socket. Triggering it makes every
  * lc_lock / lc_wait using it give up at once with LC_ERR_CANCELED (closing
  * its socket, so the server withdraws the waiter). It stays triggered, and
- * later calls with it fail at once, until lc_cancel_reset.
+ * later calls with it fail at once, until lc_cancel_reset. Pass a token to
+ * a call only after lc_cancel_init succeeded (a zeroed struct is not a token).
  */
 typedef struct lc_cancel {
     int fds[2];

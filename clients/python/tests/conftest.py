@@ -38,8 +38,17 @@ def web_address():
 
 @pytest.fixture
 def key(request):
-    """A key no other test run or client suite uses."""
-    return "py-%s-%s-%s" % (request.node.name[:40].strip("[]"), RUN_ID, uuid.uuid4().hex[:6])
+    """A key no other test run or client suite uses; reset after the test."""
+    k = "py-%s-%s-%s" % (request.node.name[:40].strip("[]"), RUN_ID, uuid.uuid4().hex[:6])
+    yield k
+    addr = os.environ.get("LC_TEST_ADDRESS")
+    if addr:
+        from locking_center import Client, LockingCenterError
+
+        try:
+            Client(addr, io_timeout=5).reset_by_key(k)
+        except LockingCenterError:
+            pass
 
 
 def unused_address():

@@ -28,9 +28,12 @@ def client(server_address):
 
 
 @pytest.fixture
-def pool():
-    with ThreadPoolExecutor(max_workers=4) as ex:
-        yield ex
+def pool(server_address, key):
+    """Threads for waiters; at teardown the key is reset so no waiter is left behind."""
+    ex = ThreadPoolExecutor(max_workers=4)
+    yield ex
+    Client(server_address).reset_by_key(key)
+    ex.shutdown(wait=True)
 
 
 def test_lock_unlock(client, key):
@@ -109,7 +112,7 @@ def test_cancel_event_withdraws_waiter(client, server_address, web_address, key,
     waiter = Client(server_address, source="py-waiter")
     cancel = threading.Event()
     client.lock(key)
-    fut = pool.submit(waiter.lock, key, cancel=cancel)
+    fut = pool.submit(waiter.lock, key, cancel=cancel, timeout=10)
     wait_for_queue(web_address, key, 1)
     cancel.set()
     with pytest.raises(LockCancelledError):

@@ -112,3 +112,10 @@ func (f *fixture) do(method, target, body string, hdr ...string) *httptest.Respo
 	f.h.ServeHTTP(w, r)
 	return w
 }
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+func mustRequest(t *testing.T, method, target string) *http.Request {
+	t.Helper()
+	return httptest.NewRequest(method, target, nil)
+}

@@ -1,0 +1,171 @@
+// Answer mapping and transport rules, against a scripted in-process server.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+
+import {
+  Client,
+  InvalidRequestError,
+  NotWonError,
+  ProtocolError,
+  RefusedError,
+  ResetWhileWaitingError,
+  UnreachableError,
+} from '../index.js';
+import { loadVectors, unusedAddress } from './helpers.js';
+
+const answers = Object.fromEntries(loadVectors().answers.map((a) => [a.char, Buffer.from(a.hex, 'hex')]));
+
+/** Answers each connection with the next scripted byte (null: close unanswered). */
+class FakeServer {
+  script = [];
+  frames = [];
+  halfClosed = [];
+
+  async start() {
+    this.server = net.createServer((conn) => this.#serve(conn));
+    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.address = `127.0.0.1:${this.server.address().port}`;
+  }
+
+  #serve(conn) {
+    let buf = Buffer.alloc(0);
+    let done = false;
+    let ended = false;
+    conn.on('end', () => {
+      ended = true;
+    });
+    conn.on('error', () => {});
+    conn.on('data', (chunk) => {
+      if (done) return;
+      buf = Buffer.concat([buf, chunk]);
+      if (buf.length < 2) return;
+      const k = buf[1];
+      if (buf.length < 3 + k) return;
+      if (buf.length < 3 + k + buf[2 + k]) return;
+      done = true;
+      this.frames.push(buf.toString('hex'));
+      // Give a half-closing client time to show itself before answering.
+      setTimeout(() => {
+        this.halfClosed.push(ended);
+        const answer = this.script.shift() ?? null;
+        if (answer === null) conn.destroy();
+        else conn.end(answer);
+      }, 30);
+    });
+  }
+
+  close() {
+    return new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+const cases = [
+  // [method, answer char, expected value or error class]
+  ['lock', '+', 'held'],
+  ['lock', '-', ResetWhileWaitingError],
+  ['lock', '#', ProtocolError],
+  ['tryLock', '+', true],
+  ['tryLock', '#', false],
+  ['tryLock', '-', RefusedError],
+  ['tryAcquire', '#', NotWonError],
+  ['withTryLock', '#', NotWonError],
+  ['unlock', '+', undefined],
+  ['unlock', '-', RefusedError],
+  ['resetByKey', '+', undefined],
+  ['resetByKey', '-', RefusedError],
+  ['resetBySource', '+', undefined],
+  ['resetBySource', '-', RefusedError],
+];
+
+async function call(client, method) {
+  switch (method) {
+    case 'lock':
+    case 'tryAcquire':
+      await client[method]('abc');
+      return 'held';
+    case 'withTryLock':
+      return client.withTryLock('abc', () => 'ran');
+    case 'resetBySource':
+      return client.resetBySource('svc-a');
+    default:
+      return client[method]('abc');
+  }
+}
+
+describe('answer mapping', () => {
+  const fake = new FakeServer();
+  before(() => fake.start());
+  after(() => fake.close());
+
+  for (const [method, char, expected] of cases) {
+    test(`${method} answered '${char}'`, async () => {
+      fake.script = [answers[char]];
+      fake.halfClosed = [];
+      const client = new Client({ address: fake.address, source: 'svc-a' });
+      if (typeof expected === 'function') {
+        await assert.rejects(call(client, method), expected);
+      } else {
+        assert.equal(await call(client, method), expected);
+      }
+      assert.deepEqual(fake.halfClosed, [false], 'client must not half-close before the answer');
+    });
+  }
+
+  test('frames on the wire', async () => {
+    fake.script = [answers['+'], answers['+'], answers['+'], answers['+']];
+    fake.frames = [];
+    const client = new Client({ address: fake.address, source: 'svc-a' });
+    assert.equal(await client.withLock('abc', async (held) => held.key), 'abc');
+    await client.resetBySource();
+    await client.resetByKey('abc');
+    assert.deepEqual(fake.frames, [
+      '0103616263057376632d61',
+      '0203616263057376632d61',
+      '0400057376632d61',
+      '0303616263057376632d61',
+    ]);
+  });
+
+  test('withLock unlocks when fn throws, and rethrows its error', async () => {
+    fake.script = [answers['+'], answers['-']];
+    fake.frames = [];
+    const client = new Client({ address: fake.address, source: 'svc-a' });
+    await assert.rejects(
+      client.withLock('abc', () => {
+        throw new SyntaxError('boom');
+      }),
+      SyntaxError,
+    );
+    assert.equal(fake.frames.length, 2);
+    assert.ok(fake.frames[1].startsWith('02'));
+  });
+
+  test('closed without an answer is unreachable', async () => {
+    fake.script = [null];
+    await assert.rejects(new Client(fake.address).unlock('abc'), UnreachableError);
+  });
+});
+
+test('nothing listening is unreachable', async () => {
+  const client = new Client({ address: await unusedAddress() });
+  await assert.rejects(client.tryLock('abc'), (err) => err instanceof UnreachableError && err.code === 'LC_UNREACHABLE');
+});
+
+test('invalid input is refused before connecting', async () => {
+  const address = await unusedAddress(); // a connection attempt would give UnreachableError
+  const client = new Client({ address });
+  await assert.rejects(client.lock('k'.repeat(128)), InvalidRequestError);
+  await assert.rejects(client.lock('é'.repeat(64)), InvalidRequestError);
+  await assert.rejects(client.unlock(''), InvalidRequestError);
+  await assert.rejects(client.resetBySource('s'.repeat(128)), InvalidRequestError);
+  await assert.rejects(client.withLock('', async () => {}), InvalidRequestError);
+  assert.throws(() => new Client({ address, source: 's'.repeat(128) }), InvalidRequestError);
+  assert.throws(() => new Client({ address: '127.0.0.1:notaport' }), InvalidRequestError);
+});
+
+test('an already aborted signal rejects without connecting', async () => {
+  const client = new Client({ address: await unusedAddress() });
+  const reason = new Error('stop');
+  await assert.rejects(client.lock('abc', { signal: AbortSignal.abort(reason) }), (err) => err === reason);
+});

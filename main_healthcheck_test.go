@@ -55,12 +55,27 @@ func runHealthcheck(t *testing.T, bin, webAddress string) (int, string) {
 	}
 }
 
+// awaitHealthy runs the healthcheck until it exits 0 or 10 seconds pass:
+// readiness may follow the log replay, so it is awaited, not expected at
+// once. It returns the last exit status and stderr.
+func awaitHealthy(t *testing.T, bin, webAddress string) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, stderr := runHealthcheck(t, bin, webAddress)
+		if code == 0 || time.Now().After(deadline) {
+			return code, stderr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // startServer runs the server in-process on free loopback ports and returns
 // its web address and a function that stops it and waits for run to return.
-func startServer(t *testing.T) (web net.Addr, stop func()) {
+func startServer(t *testing.T, env map[string]string) (web net.Addr, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{"BIND_ADDRESS": "127.0.0.1:0", "WEB_ADDRESS": "127.0.0.1:0"}
+	env["BIND_ADDRESS"], env["WEB_ADDRESS"] = "127.0.0.1:0", "127.0.0.1:0"
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -84,26 +99,16 @@ func startServer(t *testing.T) (web net.Addr, stop func()) {
 func TestHealthcheckSubcommand(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	bin := buildBinary(t)
-	web, stop := startServer(t)
+	web, stop := startServer(t, map[string]string{})
 	_, port, err := net.SplitHostPort(web.String())
 	if err != nil {
 		stop()
 		t.Fatal(err)
 	}
 
-	// Readiness may follow the log replay, so wait for it instead of
-	// expecting it at once; a server that never gets ready fails here.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, stderr := runHealthcheck(t, bin, web.String())
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("healthcheck against a running server: exit %d, stderr %q", code, stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if code, stderr := awaitHealthy(t, bin, web.String()); code != 0 {
+		stop()
+		t.Fatalf("healthcheck against a running server: exit %d, stderr %q", code, stderr)
 	}
 
 	// The image's default WEB_ADDRESS has no host: the probe must use loopback.
@@ -118,6 +123,16 @@ func TestHealthcheckSubcommand(t *testing.T) {
 	if code, _ := runHealthcheck(t, bin, web.String()); code != 1 {
 		t.Errorf("healthcheck against a stopped server: exit %d, want 1", code)
 	}
+
+	// Probes are exempt from WEB_PASSWORD: the container stays healthy when
+	// the dashboard asks for a password.
+	t.Run("web password", func(t *testing.T) {
+		web, stop := startServer(t, map[string]string{"WEB_PASSWORD": "secret"})
+		defer stop()
+		if code, stderr := awaitHealthy(t, bin, web.String()); code != 0 {
+			t.Errorf("with WEB_PASSWORD set: exit %d, stderr %q", code, stderr)
+		}
+	})
 
 	t.Run("not ready", func(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from types import TracebackType
-from typing import Any, Generator, Optional, Type
+from typing import Any, Callable, Coroutine, Generator, Optional, Type
 
 from . import _protocol as proto
 from ._protocol import Action, Address, Text
@@ -76,7 +76,7 @@ class _Acquire:
 
     __slots__ = ("_acquire", "_held")
 
-    def __init__(self, acquire: Any) -> None:
+    def __init__(self, acquire: Callable[[], Coroutine[Any, Any, AsyncHeldLock]]) -> None:
         self._acquire = acquire
         self._held: Optional[AsyncHeldLock] = None
 
@@ -196,8 +196,8 @@ class AsyncClient:
 
         def expired() -> BaseException:
             if waiting:
-                return LockTimeoutError("not granted within %gs" % timeout)
-            return UnreachableError("no answer from %s within %gs" % (self.address, timeout))
+                return LockTimeoutError("not granted within %ss" % (timeout,))
+            return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
 
         connect_timeout = self.connect_timeout
         if deadline is not None:

@@ -214,12 +214,14 @@ class Client:
 
         def expired() -> BaseException:
             if waiting:
-                return LockTimeoutError("not granted within %gs" % timeout)
-            return UnreachableError("no answer from %s within %gs" % (self.address, timeout))
+                return LockTimeoutError("not granted within %ss" % (timeout,))
+            return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
 
         connect_timeout = self.connect_timeout
         if deadline is not None:
-            connect_timeout = min(connect_timeout, max(deadline - time.monotonic(), 0.0))
+            connect_timeout = min(connect_timeout, deadline - time.monotonic())
+            if connect_timeout <= 0:
+                raise expired()
         try:
             sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
         except socket.timeout as e:

@@ -61,25 +61,21 @@ func apiKeyOf(ki *locker.KeyInfo) APIKey {
 // returned.
 func (s *server) apiList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := filter{Prefix: q.Get("prefix"), After: q.Get("after")}
-	limit := -1
+	sel := selection{filter: filter{Prefix: q.Get("prefix"), After: q.Get("after")}, Order: byKey, Keep: -1}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			s.apiFail(w, r, http.StatusBadRequest, fmt.Errorf("limit=%q: want a whole number of at least 1", v))
 			return
 		}
-		limit = n
+		sel.Keep = n
 	}
-	snap := s.walk(&f, s.now())
+	snap := s.walk(sel, s.now())
 	rows := snap.Rows
-	if limit < 0 || limit >= len(rows) {
-		rows = page(rows, 0, len(rows), byKey)
-	} else {
-		rows = page(rows, 0, limit, byKey)
-		next := url.Values{"limit": {strconv.Itoa(limit)}, "after": {rows[len(rows)-1].Key}}
-		if f.Prefix != "" {
-			next.Set("prefix", f.Prefix)
+	if sel.Keep > 0 && snap.Matched > sel.Keep {
+		next := url.Values{"limit": {strconv.Itoa(sel.Keep)}, "after": {rows[len(rows)-1].Key}}
+		if sel.Prefix != "" {
+			next.Set("prefix", sel.Prefix)
 		}
 		w.Header().Set("Link", fmt.Sprintf("</api/v1/keys?%s>; rel=\"next\"", next.Encode()))
 	}

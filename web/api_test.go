@@ -3,6 +3,8 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"net/http"
 	"strings"
 	"testing"
@@ -215,21 +217,44 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-func TestPage(t *testing.T) {
-	xs := make([]int, 1000)
-	for i := range xs {
-		xs[i] = (i * 7919) % 1000
+func TestRowSelection(t *testing.T) {
+	var all []locker.KeyInfo
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 1000 {
+		n := (i * 7919) % 1000 // a permutation: arrival order is not key order
+		all = append(all, locker.KeyInfo{Key: fmt.Sprintf("k%04d", n), Since: base.Add(time.Duration(n%10) * time.Second)})
 	}
-	cmpInt := func(a, b int) int { return a - b }
-	for _, r := range [][2]int{{0, 100}, {900, 1000}, {450, 550}, {990, 2000}, {0, 0}, {0, 1000}} {
-		got := page(append([]int(nil), xs...), r[0], r[1], cmpInt)
-		want := min(r[1], 1000) - r[0]
-		if len(got) != want {
-			t.Fatalf("%v: %d items", r, len(got))
+	for _, o := range []order{byKey, byAge} {
+		want := slices.Clone(all)
+		slices.SortFunc(want, func(a, b locker.KeyInfo) int { return o.compare(&a, &b) })
+		for _, keep := range []int{1, 100, 999, 1000, 5000, -1} {
+			h := rowHeap{order: o, keep: keep}
+			for i := range all {
+				h.offer(&all[i])
+			}
+			got := h.sorted()
+			n := len(want)
+			if keep >= 0 {
+				n = min(keep, len(want))
+			}
+			if len(got) != n {
+				t.Fatalf("heap keep %d: %d rows", keep, len(got))
+			}
+			for i := range got {
+				if got[i].Key != want[i].Key {
+					t.Fatalf("heap keep %d: row %d is %s, want %s", keep, i, got[i].Key, want[i].Key)
+				}
+			}
 		}
-		for i, v := range got {
-			if v != r[0]+i {
-				t.Fatalf("%v: item %d is %d", r, i, v)
+		for _, r := range [][2]int{{0, 100}, {900, 1000}, {450, 550}, {990, 2000}, {0, 0}, {0, 1000}, {999, 1000}} {
+			got := selectRange(slices.Clone(all), r[0], r[1], o)
+			if len(got) != min(r[1], 1000)-r[0] {
+				t.Fatalf("range %v: %d rows", r, len(got))
+			}
+			for i := range got {
+				if got[i].Key != want[r[0]+i].Key {
+					t.Fatalf("range %v: row %d is %s, want %s", r, i, got[i].Key, want[r[0]+i].Key)
+				}
 			}
 		}
 	}

@@ -101,3 +101,13 @@ func printable(s string) bool {
 
 // quoted shows s with its unprintable bytes as Go escapes (\xff, \n).
 func quoted(s string) string { return strconv.Quote(s) }
+
+// shown is s as text for places that take no markup (titles, attribute
+// values): s itself when printable, else its quoted form. Pages thus stay
+// valid UTF-8 whatever bytes a key holds.
+func shown(s string) string {
+	if printable(s) {
+		return s
+	}
+	return quoted(s)
+}

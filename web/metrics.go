@@ -178,7 +178,7 @@ func (m *Metrics) refresh() {
 		return
 	}
 	now := s.now()
-	snap := s.walk(nil, now)
+	snap := s.walk(selection{}, now)
 	m.held.Set(float64(snap.Held))
 	m.waiters.Set(float64(snap.Waiting))
 	m.stuck.Set(float64(snap.Stuck))

@@ -170,37 +170,36 @@ func parseFlash(r *http.Request) *flash {
 
 // dashboardData builds the dashboard for q at now.
 func (s *server) dashboardData(q query, now time.Time) dashData {
-	f := filter{Key: q.Key, Source: q.Source}
-	snap := s.walk(&f, now)
-	rows := snap.Rows
-	if q.Stuck {
-		stuckBefore := now.Add(-s.opts.StuckAfter)
-		kept := rows[:0]
-		for _, ki := range rows {
-			if !ki.Since.After(stuckBefore) {
-				kept = append(kept, ki)
-			}
-		}
-		rows = kept
-	}
-	d := dashData{
-		chrome:  chrome{Title: "Locking-Center", Version: s.opts.Version, Live: true},
-		Totals:  s.totals(snap, now),
-		Query:   q,
-		Matched: len(rows),
-		Pages:   max(1, (len(rows)+PageSize-1)/PageSize),
-	}
-	d.Query.Page = min(q.Page, d.Pages)
-	lo := (d.Query.Page - 1) * PageSize
 	order := byKey
 	if q.Sort == "age" {
 		order = byAge
 	}
-	shown := page(rows, lo, lo+PageSize, order)
-	d.First = lo + 1
-	d.Rows = make([]row, len(shown))
-	for i := range shown {
-		d.Rows[i] = s.rowOf(&shown[i], now)
+	sel := selection{
+		filter: filter{Key: q.Key, Source: q.Source, Stuck: q.Stuck},
+		Order:  order,
+		Skip:   (q.Page - 1) * PageSize,
+		Keep:   q.Page * PageSize,
+	}
+	snap := s.walk(sel, now)
+	d := dashData{
+		chrome:  chrome{Title: "Held keys", Version: s.opts.Version, Live: true},
+		Totals:  s.totals(snap, now),
+		Query:   q,
+		Matched: snap.Matched,
+		Pages:   max(1, (snap.Matched+PageSize-1)/PageSize),
+	}
+	if q.Page > d.Pages {
+		// Past the end (the keys went away, or a hand-made URL): show
+		// the last page, which needs a second walk.
+		d.Query.Page = d.Pages
+		sel.Skip, sel.Keep = (d.Pages-1)*PageSize, d.Pages*PageSize
+		snap = s.walk(sel, now)
+	}
+	visible := snap.Rows
+	d.First = sel.Skip + 1
+	d.Rows = make([]row, len(visible))
+	for i := range visible {
+		d.Rows[i] = s.rowOf(&visible[i], now)
 	}
 	return d
 }
@@ -248,7 +247,7 @@ func (s *server) dashboard(w http.ResponseWriter, r *http.Request) {
 func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	now := s.now()
-	d := keyData{chrome: chrome{Title: "Key " + key, Version: s.opts.Version, Live: true}, Key: key}
+	d := keyData{chrome: chrome{Title: "Key " + shown(key), Version: s.opts.Version, Live: true}, Key: key}
 	status := http.StatusOK
 	if ki, ok := s.opts.Table.Key(key); ok {
 		d.Held = true
@@ -274,7 +273,7 @@ func (s *server) confirmResetKey(w http.ResponseWriter, r *http.Request) {
 		s.pageError(w, r, http.StatusBadRequest, errors.New("no key given: open the reset from the dashboard"))
 		return
 	}
-	d := confirmData{chrome: chrome{Title: "Reset key " + key, Version: s.opts.Version}, By: "key", Name: key}
+	d := confirmData{chrome: chrome{Title: "Reset key " + shown(key), Version: s.opts.Version}, By: "key", Name: key}
 	if ki, ok := s.opts.Table.Key(key); ok {
 		d.Held = true
 		d.Holder = s.rowOf(&ki, s.now())
@@ -289,7 +288,7 @@ func (s *server) confirmResetSource(w http.ResponseWriter, r *http.Request) {
 		s.pageError(w, r, http.StatusBadRequest, errors.New("no source given: open the reset from the dashboard"))
 		return
 	}
-	d := confirmData{chrome: chrome{Title: "Reset source " + source, Version: s.opts.Version}, By: "source", Name: source}
+	d := confirmData{chrome: chrome{Title: "Reset source " + shown(source), Version: s.opts.Version}, By: "source", Name: source}
 	s.opts.Table.Each(func(ki locker.KeyInfo) bool {
 		if ki.Holder.Source == source {
 			d.Keys++

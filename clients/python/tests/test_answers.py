@@ -183,3 +183,27 @@ def test_validation_before_connecting():
         AsyncClient(addr).lock("é" * 64)  # refused at the call, before any await
     with pytest.raises(InvalidRequestError):
         asyncio.run(AsyncClient(addr).try_lock(""))
+
+
+def test_async_lock_is_a_coroutine(fake):
+    fake.script += [ANSWERS["+"]] * 4
+    client = AsyncClient(fake.address)
+
+    async def main():
+        held = await asyncio.create_task(client.lock("abc"))
+        await held.unlock()
+        held = await asyncio.wait_for(client.lock("abc"), 5)
+        return held
+
+    held = asyncio.run(main())
+    assert held.held
+    assert asyncio.run(client.lock("abc", timeout=0.5)).held is True
+
+
+def test_zero_timeout_gives_up_at_once(fake):
+    from locking_center import LockTimeoutError
+
+    with pytest.raises(LockTimeoutError):
+        Client(fake.address).lock("abc", timeout=0)
+    with pytest.raises(LockTimeoutError):
+        asyncio.run(AsyncClient(fake.address).lock("abc", timeout=0))

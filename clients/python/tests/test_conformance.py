@@ -235,7 +235,7 @@ def test_async_cancel_withdraws_waiter(server_address, web_address, key):
         holder = AsyncClient(server_address, source="py-async-a")
         waiter = AsyncClient(server_address, source="py-async-b")
         await holder.lock(key)
-        task = asyncio.create_task(_lock(waiter, key))
+        task = asyncio.create_task(waiter.lock(key))
         await asyncio.to_thread(wait_for_queue, web_address, key, 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -248,9 +248,6 @@ def test_async_cancel_withdraws_waiter(server_address, web_address, key):
         assert await holder.try_lock(key) is True
         await holder.unlock(key)
 
-    async def _lock(c, k):
-        return await c.lock(k)
-
     asyncio.run(main())
 
 
@@ -259,13 +256,10 @@ def test_async_reset_while_waiting(server_address, web_address, key):
         holder = AsyncClient(server_address, source="py-async-a")
         waiter = AsyncClient(server_address, source="py-async-b")
         await holder.lock(key)
-        task = asyncio.create_task(_lock(waiter, key))
+        task = asyncio.create_task(waiter.lock(key, timeout=10))
         await asyncio.to_thread(wait_for_queue, web_address, key, 1)
         await holder.reset_by_key(key)
         with pytest.raises(ResetWhileWaitingError):
             await task
-
-    async def _lock(c, k):
-        return await c.lock(k, timeout=10)
 
     asyncio.run(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Generator, Optional, Type
+from typing import Any, Coroutine, Generator, Optional, Type
 
 from . import _protocol as proto
 from ._protocol import Action, Address, Text
@@ -67,24 +67,34 @@ class AsyncHeldLock:
         return "AsyncHeldLock(key=%r, held=%r)" % (self.key, self._held)
 
 
-class _Acquire:
-    """What ``AsyncClient.lock`` returns: awaitable, or an async context manager.
+class _Acquire(Coroutine[Any, Any, AsyncHeldLock]):
+    """What ``AsyncClient.lock`` returns: a coroutine that is also an async context manager.
 
-    ``await client.lock(k)`` gives an :class:`AsyncHeldLock`;
-    ``async with client.lock(k):`` holds the key for the block.
+    ``await client.lock(k)`` (or ``asyncio.create_task(client.lock(k))``)
+    gives an :class:`AsyncHeldLock`; ``async with client.lock(k):`` holds
+    the key for the block.
     """
 
-    __slots__ = ("_acquire", "_held")
+    __slots__ = ("_coro", "_held")
 
-    def __init__(self, acquire: Callable[[], Coroutine[Any, Any, AsyncHeldLock]]) -> None:
-        self._acquire = acquire
+    def __init__(self, coro: Coroutine[Any, Any, AsyncHeldLock]) -> None:
+        self._coro = coro
         self._held: Optional[AsyncHeldLock] = None
 
+    def send(self, value: Any) -> Any:
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._coro.close()
+
     def __await__(self) -> Generator[Any, None, AsyncHeldLock]:
-        return self._acquire().__await__()
+        return self._coro.__await__()
 
     async def __aenter__(self) -> AsyncHeldLock:
-        self._held = await self._acquire()
+        self._held = await self._coro
         return self._held
 
     async def __aexit__(
@@ -145,7 +155,7 @@ class AsyncClient:
                 raise ResetWhileWaitingError("lock %r was answered '-': reset while waiting" % (key,))
             return AsyncHeldLock(self, key)
 
-        return _Acquire(acquire)
+        return _Acquire(acquire())
 
     async def try_lock(self, key: Text) -> bool:
         """Take the key if it is free right now; ``False`` if anyone holds it."""
@@ -164,7 +174,7 @@ class AsyncClient:
                 raise NotWonError("key %r is held by someone else" % (key,))
             return AsyncHeldLock(self, key)
 
-        return _Acquire(acquire)
+        return _Acquire(acquire())
 
     async def unlock(self, key: Text) -> None:
         """Release the key.  :raises RefusedError: it was not held."""

@@ -197,9 +197,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal("a key's markup ran as HTML")
 	}
 
+	// The key's page lists the waiter; its Reset button starts the reset.
+	if err := chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=key-link]`, key))),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=queue-row]`)),
+	); err != nil {
+		t.Fatalf("open the key page: %v", err)
+	}
+	queue, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-testid=queue]`)))
+	if err != nil || !strings.Contains(queue, "billing-retry") {
+		t.Fatalf("queue on the key page: %q, %v", queue, err)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "key.png", shot)
+	}
+
 	// Reset, confirm, and the key is gone.
 	if err := chromedp.Do(browser,
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=reset-key]`, key))),
+		chromedp.Click(chromedp.CSS(`[data-testid=reset-key]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=confirm]`)),
 	); err != nil {
 		t.Fatalf("open the confirmation: %v", err)

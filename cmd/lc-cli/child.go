@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/locking-center/locking-center/client"
@@ -29,13 +27,9 @@ func (a *app) runLocked(c *client.Client, sigs <-chan os.Signal, key string, arg
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "LC_KEY="+key, "LC_ADDRESS="+a.address)
-	setParentDeathSignal(cmd)
 
-	// The parent-death signal fires when the thread that started the child
-	// ends, not the process: keep this goroutine on its thread for good
-	// (the thread ends with the process).
-	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
+	j, err := startJob(cmd)
+	if err != nil {
 		code := exitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
@@ -45,7 +39,7 @@ func (a *app) runLocked(c *client.Client, sigs <-chan os.Signal, key string, arg
 		return code, nil
 	}
 
-	// The forwarder ends when the child has been waited for.
+	// The forwarder ends when the command has been waited for.
 	waited := make(chan struct{})
 	forwarderDone := make(chan struct{})
 	go func() {
@@ -53,40 +47,22 @@ func (a *app) runLocked(c *client.Client, sigs <-chan os.Signal, key string, arg
 		for {
 			select {
 			case sig := <-sigs:
-				// The child may have exited a moment ago: then there is
-				// nobody to tell, and the error says only that.
-				_ = cmd.Process.Signal(sig)
+				j.signal(sig)
 			case <-waited:
 				return
 			}
 		}
 	}()
-	werr := cmd.Wait()
+	code, werr := j.wait()
 	close(waited)
 	<-forwarderDone
-
-	if cmd.ProcessState == nil { // Wait failed without a status: should not happen after Start
-		fmt.Fprintf(a.stderr, "lc-cli: %s: %s\n", printable(argv[0]), oneLine(werr.Error()))
+	if werr != nil {
+		fmt.Fprintf(a.stderr, "lc-cli: waiting for %s: %s\n", printable(argv[0]), oneLine(werr.Error()))
 	}
-	code := exitStatus(cmd.ProcessState)
 	// Signals that arrive during the release stay caught (sigs is still
 	// registered), so that lc-cli does not die with the key held.
 	a.releaseOrSay(c, key)
 	return code, nil
-}
-
-// exitStatus is the child's status as a shell reports it.
-func exitStatus(ps *os.ProcessState) int {
-	if ps == nil {
-		return exitCannotRun
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	if code := ps.ExitCode(); code >= 0 {
-		return code
-	}
-	return exitCannotRun
 }
 
 // releaseOrSay releases key, retrying while the server is unreachable, and

@@ -337,29 +337,61 @@ echo $$ > "$1"; while :; do sleep 0.02; done`
 func TestSIGTERMWhileRunning(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd, _, stderr := cli(s.env(), "lock", "term/run", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 60`, "sh", pidFile)
-	if err := cmd.Start(); err != nil {
+	// The shape of the README's demo: sh does not exec the sleep, so sh
+	// and sleep are two processes, and both must end.
+	for _, script := range []string{`echo $$ > "$1"; sleep 60; exit 7`, `echo $$ > "$1"; sleep 60 & wait; exit 7`} {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		cmd, _, stderr := cli(s.env(), "lock", "term/run", "--", "sh", "-c", script, "sh", pidFile)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		eventually(t, "the command to start", func() bool {
+			b, _ := os.ReadFile(pidFile)
+			_, err := fmt.Sscan(string(b), &pid)
+			return err == nil
+		})
+		// The command runs in a process group of its own, led by sh.
+		if live := liveInGroup(t, pid); len(live) == 0 {
+			t.Fatalf("%q: no process in the group of the command's pid %d: it does not lead its own group", script, pid)
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := wait(t, cmd); code != 143 {
+			t.Errorf("%q: status %d, want 143; stderr %q", script, code, stderr)
+		}
+		eventually(t, "every process of the command to end", func() bool { return len(liveInGroup(t, pid)) == 0 },
+			func() string { return fmt.Sprintf("still alive: %v", liveInGroup(t, pid)) })
+		if !s.free(t, "term/run") {
+			t.Errorf("%q: key still held", script)
+		}
+	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies.
+func liveInGroup(t *testing.T, pgid int) []string {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	eventually(t, "the command to start", func() bool {
-		b, _ := os.ReadFile(pidFile)
-		_, err := fmt.Sscan(string(b), &pid)
-		return err == nil
-	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	var live []string
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces, so split
+		// after its closing parenthesis.
+		rest := string(b[bytes.LastIndexByte(b, ')')+1:])
+		var state string
+		var ppid, pgrp int
+		if _, err := fmt.Sscan(rest, &state, &ppid, &pgrp); err == nil && pgrp == pgid && state != "Z" {
+			live = append(live, string(b[:bytes.LastIndexByte(b, ')')+1]))
+		}
 	}
-	if code := wait(t, cmd); code != 143 {
-		t.Errorf("status %d, want 143; stderr %q", code, stderr)
-	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("the command (pid %d) outlived lc-cli: kill -0 = %v", pid, err)
-	}
-	if !s.free(t, "term/run") {
-		t.Error("key still held")
-	}
+	return live
 }
 
 func TestSignalWhileWaitingLeavesTheQueue(t *testing.T) {

@@ -1,11 +1,16 @@
+//go:build linux
+
 package main
 
 import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,5 +159,91 @@ func TestNoStatusLineWithoutTerminal(t *testing.T) {
 	}
 	if stderr.Len() != 0 {
 		t.Errorf("stderr is not a terminal, yet lc-cli wrote %q", stderr)
+	}
+}
+
+// startOnTerminal starts lc-cli as a shell starts a job: in a session whose
+// controlling terminal is a fresh pty, with the pty as stdin, stdout and
+// stderr. It returns the pty master's reader and a writer for typing.
+func startOnTerminal(t *testing.T, env []string, args ...string) (*exec.Cmd, *ptyReader, *os.File) {
+	t.Helper()
+	master, slave := openPTY(t)
+	r := readPTY(master)
+	t.Cleanup(func() { master.Close(); <-r.done })
+	cmd := exec.Command(cliBin, args...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err := cmd.Start()
+	slave.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, r, master
+}
+
+// procState returns the state letter of pid (R, S, T, Z...), "" when gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	var state string
+	fmt.Sscan(string(b[bytes.LastIndexByte(b, ')')+1:]), &state)
+	return state
+}
+
+func TestCommandOwnsTheTerminal(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+
+	// The command reads the terminal: it can only if its group is the
+	// terminal's foreground group (else SIGTTIN stops it).
+	cmd, r, tty := startOnTerminal(t, s.env(), "lock", "tty/read", "--", "sh", "-c",
+		`echo $$ > "$1"; read line; echo "got $line"; exit 4`, "sh", ready)
+	eventually(t, "the command to start", func() bool { _, err := os.Stat(ready); return err == nil })
+	fmt.Fprint(tty, "hello\n")
+	if code := wait(t, cmd); code != 4 {
+		t.Errorf("status %d, want 4; terminal %q", code, r)
+	}
+	eventually(t, "the command's output", func() bool { return strings.Contains(r.String(), "got hello") },
+		func() string { return fmt.Sprintf("terminal %q", r) })
+
+	// Ctrl-C reaches the command from the terminal.
+	os.Remove(ready)
+	cmd, r, tty = startOnTerminal(t, s.env(), "lock", "tty/read", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 60`, "sh", ready)
+	eventually(t, "the command to start", func() bool { _, err := os.Stat(ready); return err == nil })
+	tty.Write([]byte{3}) // ^C
+	if code := wait(t, cmd); code != 130 {
+		t.Errorf("Ctrl-C: status %d, want 130; terminal %q", code, r)
+	}
+
+	// Ctrl-Z stops the command and lc-cli with it, as one job; SIGCONT to
+	// lc-cli (what fg does) resumes both with the command in front.
+	os.Remove(ready)
+	cmd, r, tty = startOnTerminal(t, s.env(), "lock", "tty/read", "--", "sh", "-c", `echo $$ > "$1"; read line; exit 5`, "sh", ready)
+	var pid int
+	eventually(t, "the command to start", func() bool {
+		b, _ := os.ReadFile(ready)
+		_, err := fmt.Sscan(string(b), &pid)
+		return err == nil
+	})
+	tty.Write([]byte{26}) // ^Z
+	eventually(t, "lc-cli and the command to stop", func() bool {
+		return procState(cmd.Process.Pid) == "T" && procState(pid) == "T"
+	}, func() string {
+		return fmt.Sprintf("lc-cli %q, command %q, terminal %q", procState(cmd.Process.Pid), procState(pid), r)
+	})
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the command to go on", func() bool { return procState(pid) != "T" })
+	fmt.Fprint(tty, "go\n")
+	if code := wait(t, cmd); code != 5 {
+		t.Errorf("after ^Z and fg: status %d, want 5; terminal %q", code, r)
+	}
+	if !s.free(t, "tty/read") {
+		t.Error("key still held")
 	}
 }

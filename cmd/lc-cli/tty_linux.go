@@ -2,8 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,11 +19,4 @@ func termWidth(f *os.File) int {
 		return 80
 	}
 	return int(ws.Col)
-}
-
-// setParentDeathSignal makes the kernel send SIGTERM to the child if
-// lc-cli dies without forwarding anything (SIGKILL, a crash), so that no
-// orphan goes on running.
-func setParentDeathSignal(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }

@@ -12,5 +12,22 @@ func isTerminal(*os.File) bool { return false }
 
 func termWidth(*os.File) int { return 80 }
 
-// setParentDeathSignal has no portable equivalent off Linux.
-func setParentDeathSignal(*exec.Cmd) {}
+// job is the command run under a lock. Off Linux it shares lc-cli's
+// process group and signals are passed on to the command alone.
+type job struct{ cmd *exec.Cmd }
+
+func startJob(cmd *exec.Cmd) (*job, error) { return &job{cmd: cmd}, cmd.Start() }
+
+func (j *job) signal(sig os.Signal) { _ = j.cmd.Process.Signal(sig) }
+
+// wait returns the command's status (128+n for signal n where known).
+func (j *job) wait() (int, error) {
+	err := j.cmd.Wait()
+	if j.cmd.ProcessState == nil {
+		return exitCannotRun, err
+	}
+	if code := j.cmd.ProcessState.ExitCode(); code >= 0 {
+		return code, nil
+	}
+	return 128 + 15, nil
+}

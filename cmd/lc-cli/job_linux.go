@@ -18,12 +18,14 @@ import (
 //
 // When lc-cli runs in the foreground of a terminal, the command's group is
 // made the terminal's foreground group, as a shell does for a job: Ctrl-C
-// and Ctrl-Z then reach the command once, directly, not twice.
+// and Ctrl-Z then reach the command once, directly, not twice. When the
+// command stops on a terminal (Ctrl-Z, or reading it from the background),
+// lc-cli stops too, so that the shell's fg and bg resume both.
 type job struct {
 	cmd  *exec.Cmd
 	pgid int
-	// tty is the descriptor of the terminal handed to the command, -1 when
-	// lc-cli is not in a terminal's foreground.
+	// tty is a descriptor of lc-cli's controlling terminal, -1 when it
+	// has none among stdin, stdout and stderr.
 	tty int
 }
 
@@ -33,11 +35,16 @@ func startJob(cmd *exec.Cmd) (*job, error) {
 	// crash), the kernel sends the command SIGTERM, so no orphan runs on.
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	for _, f := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
-		if fd := int(f.Fd()); foregroundOn(fd) {
-			attr.Foreground, attr.Ctty = true, fd
-			j.tty = fd
-			break
+		fd := int(f.Fd())
+		pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+		if err != nil {
+			continue // not lc-cli's controlling terminal
 		}
+		j.tty = fd
+		if pg == unix.Getpgrp() {
+			attr.Foreground, attr.Ctty = true, fd
+		}
+		break
 	}
 	cmd.SysProcAttr = attr
 	// The parent-death signal fires when the thread that started the child

@@ -15,10 +15,12 @@ import (
 
 // APIKey is one held key in the JSON list (GET /api/v1/keys).
 type APIKey struct {
-	Key    string    `json:"key"`
-	Source string    `json:"source"`
-	Remote string    `json:"remote"`
-	Since  time.Time `json:"since"` // RFC 3339, UTC
+	// Key is the held key; Source and Remote name its holder.
+	Key    string `json:"key"`
+	Source string `json:"source"`
+	Remote string `json:"remote"`
+	// Since is when the holder was granted the key (RFC 3339, UTC).
+	Since time.Time `json:"since"`
 	// Waiters is the number of requests queued for the key.
 	Waiters int `json:"waiters"`
 }
@@ -32,9 +34,11 @@ type APIKeyDetail struct {
 
 // APIWaiter is one queued request in the JSON API.
 type APIWaiter struct {
-	Source string    `json:"source"`
-	Remote string    `json:"remote"`
-	Since  time.Time `json:"since"` // when it joined the queue, RFC 3339, UTC
+	// Source and Remote name the waiting requester.
+	Source string `json:"source"`
+	Remote string `json:"remote"`
+	// Since is when it joined the queue (RFC 3339, UTC).
+	Since time.Time `json:"since"`
 }
 
 // APIResetResult is the answer to POST /api/v1/reset/key and /reset/source.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -200,22 +201,23 @@ func (m *Metrics) refresh() {
 
 // WritePrometheus writes the exposition: the set's samples, each family
 // preceded by its HELP and TYPE lines.
-func (m *Metrics) WritePrometheus(w *bytes.Buffer) {
+func (m *Metrics) WritePrometheus(w io.Writer) error {
 	m.mu.Lock()
 	m.refresh()
 	var raw bytes.Buffer
 	m.set.WritePrometheus(&raw)
 	m.mu.Unlock()
-	annotate(w, raw.Bytes())
+	var out bytes.Buffer
+	annotate(&out, raw.Bytes())
+	_, err := w.Write(out.Bytes())
+	return err
 }
 
 // ServeHTTP serves GET /metrics.
 func (m *Metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	var buf bytes.Buffer
-	m.WritePrometheus(&buf)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(buf.Bytes()) // a write error means the scraper left
+	_ = m.WritePrometheus(w) // a write error means the scraper left
 }
 
 var familyByName = func() map[string]family {

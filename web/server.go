@@ -46,9 +46,12 @@ type Options struct {
 
 // LogStats are the write-ahead log's figures, as the web package needs them.
 type LogStats struct {
-	SizeBytes   int64
+	// SizeBytes is the size of the log file.
+	SizeBytes int64
+	// Compactions counts the log's completed compactions since start.
 	Compactions uint64
-	Errors      uint64
+	// Errors counts the log's failed writes, fsyncs and compactions.
+	Errors uint64
 }
 
 // server is the handler returned by New.

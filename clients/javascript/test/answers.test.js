@@ -169,3 +169,41 @@ test('an already aborted signal rejects without connecting', async () => {
   const reason = new Error('stop');
   await assert.rejects(client.lock('abc', { signal: AbortSignal.abort(reason) }), (err) => err === reason);
 });
+
+test('a connect that hangs is unreachable after connectTimeout', async () => {
+  // A child process listens with the smallest backlog and blocks its event
+  // loop, so it never accepts; once the backlog is full, new connects hang.
+  const { spawn } = await import('node:child_process');
+  const child = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const s = require('node:net').createServer();
+       s.listen(0, '127.0.0.1', 1, () => {
+         console.log(s.address().port);
+         Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20000);
+       });`,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  try {
+    const port = await new Promise((resolve, reject) => {
+      child.stdout.once('data', (d) => resolve(Number(String(d).trim())));
+      child.once('error', reject);
+    });
+    const fillers = [];
+    for (let i = 0; i < 4; i++) {
+      const s = net.createConnection({ host: '127.0.0.1', port });
+      s.on('error', () => {});
+      fillers.push(s);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    const client = new Client({ address: `127.0.0.1:${port}`, connectTimeout: 300, ioTimeout: 2000 });
+    const started = Date.now();
+    await assert.rejects(client.unlock('abc'), (err) => err instanceof UnreachableError && /timed out/.test(err.message));
+    assert.ok(Date.now() - started >= 250);
+    for (const s of fillers) s.destroy();
+  } finally {
+    child.kill();
+  }
+});

@@ -207,3 +207,29 @@ def test_zero_timeout_gives_up_at_once(fake):
         Client(fake.address).lock("abc", timeout=0)
     with pytest.raises(LockTimeoutError):
         asyncio.run(AsyncClient(fake.address).lock("abc", timeout=0))
+
+
+def test_connect_timeout_is_unreachable():
+    # A listener that never accepts, its backlog filled: new connects hang.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    addr = "127.0.0.1:%d" % srv.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(srv.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(s)
+        with pytest.raises(UnreachableError, match="timed out"):
+            Client(addr, connect_timeout=0.3, io_timeout=2).unlock("abc")
+        with pytest.raises(UnreachableError, match="timed out"):
+            asyncio.run(AsyncClient(addr, connect_timeout=0.3, io_timeout=2).unlock("abc"))
+    finally:
+        for s in fillers:
+            s.close()
+        srv.close()

@@ -267,7 +267,11 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 			return 0, a.usage("reset", "SOURCE is %d bytes long; at most 127 are allowed", len(source))
 		}
 		if err := c.ResetBySource(ctx, source); err != nil {
-			return 0, a.describe("reset source", source, err)
+			what := source
+			if what == "" {
+				what = "(this host's address)"
+			}
+			return 0, a.describe("reset source", what, err)
 		}
 	default:
 		return 0, a.usage("reset", "unknown reset %q: want 'key' or 'source'", pos[0])

@@ -33,6 +33,9 @@ type status struct {
 // loop draws the line until ctx ends, then erases it.
 func (s *status) loop(ctx context.Context) {
 	api, _ := newWebAPI(s.a.webAddress) // nil: no holder shown
+	if api != nil {
+		defer api.http.CloseIdleConnections()
+	}
 	t := time.NewTimer(statusDelay)
 	defer t.Stop()
 	for {

@@ -241,6 +241,29 @@ func TestDashboardInBrowser(t *testing.T) {
 		saveScreenshot(t, "after-reset.png", shot)
 	}
 
+	// Reset a source from its row: the stuck key goes too.
+	stuckKey := chromedp.CSS(`tr[data-key="deploy/production"]`)
+	if err := chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(`tr[data-key="deploy/production"] [data-testid=reset-source]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=confirm]`)),
+	); err != nil {
+		t.Fatalf("open the source confirmation: %v", err)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "confirm-source.png", shot)
+	}
+	if err := chromedp.Do(browser,
+		chromedp.Click(chromedp.CSS(`[data-testid=confirm-reset]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=flash]`)),
+		chromedp.WaitNotPresent(stuckKey),
+	); err != nil {
+		t.Fatalf("confirm the source reset: %v", err)
+	}
+	if flash, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-testid=flash]`))); err != nil ||
+		!strings.Contains(flash, "Reset source ci-runner-7: released 1 key, refused 0 waiters") {
+		t.Fatalf("message after the source reset: %q, %v", flash, err)
+	}
+
 	select {
 	case err := <-waited:
 		if !errors.Is(err, client.ErrReset) {

@@ -80,14 +80,6 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// verb picks the singular or plural form of a verb for n.
-func verb(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 // printable reports whether s is valid UTF-8 without control characters,
 // so that it can be shown as it is.
 func printable(s string) bool {

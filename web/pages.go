@@ -152,7 +152,9 @@ func parseQuery(r *http.Request) query {
 		q.Sort = "age"
 	}
 	if n, err := strconv.Atoi(v.Get("page")); err == nil && n > 1 {
-		q.Page = n
+		// Bounded so that page*PageSize cannot overflow; a page past the
+		// end shows the last one.
+		q.Page = min(n, 1<<30/PageSize)
 	}
 	return q
 }

@@ -119,8 +119,14 @@ func TestDashboardFilterSortPage(t *testing.T) {
 	if got := keysOf("/?page=3"); len(got) != 50 || got[0] != "job/200" {
 		t.Fatalf("page 3: %d rows", len(got))
 	}
-	if got := keysOf("/?page=99"); len(got) != 50 {
-		t.Fatalf("a page past the end shows the last: %d rows", len(got))
+	for _, p := range []string{"99", "9223372036854775807", "-5", "x"} {
+		want := 50
+		if p == "-5" || p == "x" {
+			want = PageSize // page 1
+		}
+		if got := keysOf("/?page=" + p); len(got) != want {
+			t.Fatalf("page=%s: %d rows, want %d", p, len(got), want)
+		}
 	}
 	if got := keysOf("/?sort=age"); got[0] != "job/249" || got[1] != "job/248" {
 		t.Fatalf("longest held first: %v", got[:2])

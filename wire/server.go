@@ -307,7 +307,13 @@ func (s *Server) handle(c net.Conn) {
 	s.Observer.Request(f.Action, resultOf(answer))
 	_ = c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
 	if _, err := c.Write([]byte{answer}); err != nil {
-		s.Logger.Debug("answer not delivered", "peer", remote, "action", f.Action.String(), "err", err)
+		s.Logger.Info("answer not delivered", "peer", remote, "action", f.Action.String(), "key", f.Key, "err", err)
+		// A grant whose '+' never left is held by nobody: hand it on.
+		if answer == AnswerOK && (f.Action == Lock || f.Action == TryLock) {
+			if uerr := s.Table.Unlock(f.Key); uerr != nil {
+				s.Logger.Warn("could not hand on an undelivered grant", "key", f.Key, "err", uerr)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,601 @@
+package walog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by Acquire and Release. Compare with errors.Is.
+var (
+	// ErrFailed is wrapped by every refusal after a write or fsync of the
+	// log failed. The log stays refused until the process restarts: after a
+	// failed fsync the kernel may have dropped the dirty pages and cleared
+	// the error, so a retry that succeeds proves nothing (the 2018
+	// "fsyncgate" finding). Restarting replays what really is on disk.
+	ErrFailed = errors.New("walog: log failed, refusing records until restart")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("walog: log closed")
+)
+
+// DefaultCompactFloor is the size under which the log is never compacted,
+// so that a log with few live holders is not rewritten on every unlock. It
+// keeps such a log well under the 256 KiB the SPEC allows.
+const DefaultCompactFloor = 64 << 10
+
+// maxBatch bounds the records of one write, so one batch cannot hold an
+// unbounded buffer; at the queue's depth it is never reached in practice.
+const maxBatch = 4096
+
+// Options configures a Log. The zero value is usable.
+type Options struct {
+	// OnFsync, if set, is called from the writer goroutine after every
+	// fsync of the log with its duration. It must be fast.
+	OnFsync func(time.Duration)
+	// Logger receives the torn-tail, compaction and failure lines
+	// (default slog.Default).
+	Logger *slog.Logger
+	// FS is the file system (default OSFS); tests inject faults with it.
+	FS FS
+	// CompactFloor is the size under which the log is never compacted
+	// (default DefaultCompactFloor). Above it, the log is compacted once it
+	// is twice the size of its live records.
+	CompactFloor int64
+}
+
+// Stats are the log's counters, for metrics.
+type Stats struct {
+	// SizeBytes is the size of the log file.
+	SizeBytes int64
+	// Compactions counts completed compactions.
+	Compactions uint64
+	// Errors counts failed operations on the files: writes, fsyncs,
+	// renames, failed compactions. Records refused afterwards because the
+	// log has failed are not counted again.
+	Errors uint64
+	// Fsyncs counts fsyncs of the log for appended records (one per batch).
+	Fsyncs uint64
+	// Records counts records made durable.
+	Records uint64
+}
+
+// Log is an open write-ahead log. Its methods are safe for concurrent use.
+type Log struct {
+	path, tmp, dir string
+	fs             FS
+	logger         *slog.Logger
+	onFsync        func(time.Duration)
+	floor          int64
+
+	// mu guards closed, and the sending on queue: Close takes it for
+	// writing before it closes queue, so nobody sends on a closed channel.
+	mu     sync.RWMutex
+	closed bool
+	queue  chan *request
+
+	done   chan struct{} // closed when the writer goroutine has ended
+	failed atomic.Pointer[error]
+
+	size        atomic.Int64
+	compactions atomic.Uint64
+	errs        atomic.Uint64
+	fsyncs      atomic.Uint64
+	records     atomic.Uint64
+
+	// Owned by the writer goroutine (and by Open before it starts).
+	f          File
+	live       map[string]Holder
+	liveBytes  int64 // encoded size of the live acquire records
+	compacting bool
+	compacted  chan compactResult // the compactor's answer; capacity 1
+	tail       []byte             // records written since the snapshot
+	retryAt    int64              // after a failed compaction, wait for this size
+	closeErr   error
+}
+
+type request struct {
+	rec  []byte
+	typ  byte
+	key  string
+	h    Holder
+	done chan error
+}
+
+type compactResult struct {
+	f    File
+	size int64
+	err  error
+}
+
+// Open opens the log at path, creating it if needed, replays it, calls
+// restore for every live holder, and starts the writer. A stray temporary
+// file from an interrupted compaction is removed first. If the log is
+// corrupt the error wraps ErrCorrupt and names the file and byte offset; an
+// error from restore stops the open and is returned.
+func Open(path string, opts Options, restore func(key string, h Holder) error) (*Log, error) {
+	l := &Log{
+		path:      path,
+		tmp:       path + ".tmp",
+		dir:       filepath.Dir(path),
+		fs:        opts.FS,
+		logger:    opts.Logger,
+		onFsync:   opts.OnFsync,
+		floor:     opts.CompactFloor,
+		queue:     make(chan *request, maxBatch),
+		done:      make(chan struct{}),
+		live:      make(map[string]Holder),
+		compacted: make(chan compactResult, 1),
+	}
+	if l.fs == nil {
+		l.fs = OSFS{}
+	}
+	if l.logger == nil {
+		l.logger = slog.Default()
+	}
+	if l.onFsync == nil {
+		l.onFsync = func(time.Duration) {}
+	}
+	if l.floor <= 0 {
+		l.floor = DefaultCompactFloor
+	}
+
+	switch err := l.fs.Remove(l.tmp); {
+	case err == nil:
+		l.logger.Warn("walog: removed the temporary file of an interrupted compaction", "file", l.tmp)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("walog: remove stray %s: %w", l.tmp, err)
+	}
+
+	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	fresh := errors.Is(err, fs.ErrNotExist)
+	if fresh {
+		// A new log is made whole in a temporary file and renamed into
+		// place, so a log that exists always has its header.
+		var tf File
+		if tf, err = writeTemp(l.fs, l.tmp, appendHeader(nil)); err == nil {
+			if _, err = commitTemp(l.fs, tf, l.tmp, path, l.dir, nil); err != nil {
+				tf.Close()
+			} else {
+				f = tf
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("walog: create %s: %w", path, err)
+		}
+		l.logger.Info("walog: created a new log", "file", path)
+	} else if err != nil {
+		return nil, fmt.Errorf("walog: open: %w", err)
+	}
+	l.f = f
+	size := int64(headerSize)
+	if !fresh { // a fresh file's offset is past its header: nothing to read
+		if size, err = l.replay(); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	l.size.Store(size)
+	for k, h := range l.live {
+		if err := restore(k, h); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("walog: restore %q from %s: %w", k, path, err)
+		}
+	}
+	l.logger.Info("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
+	go l.run()
+	return l, nil
+}
+
+// replay reads the whole file into l.live, cuts a torn tail, and returns
+// the size of the file afterwards.
+func (l *Log) replay() (int64, error) {
+	fi, err := l.f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("walog: stat: %w", err)
+	}
+	fileSize := fi.Size()
+	if fileSize == 0 {
+		// An empty file (made by the operator, say) is a new log.
+		if err := writeSync(l.f, appendHeader(nil), l.path); err != nil {
+			return 0, fmt.Errorf("walog: initialise: %w", err)
+		}
+		return headerSize, nil
+	}
+	corrupt := func(off int64, reason string) error {
+		return &CorruptError{Path: l.path, Offset: off, Reason: reason}
+	}
+	r := bufio.NewReaderSize(l.f, 1<<20)
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, corrupt(0, fmt.Sprintf("file of %d bytes is shorter than the %d-byte header", fileSize, headerSize))
+		}
+		return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+	}
+	if reason := checkHeader(hdr[:]); reason != "" {
+		return 0, corrupt(0, reason)
+	}
+
+	off := int64(headerSize)
+	var frame [frameSize]byte
+	payload := make([]byte, maxPayload)
+	torn := ""
+	for {
+		n, err := io.ReadFull(r, frame[:])
+		if err == io.EOF {
+			break
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// Fewer than frameSize bytes cannot be checked at all: the
+			// write that would have completed them never happened.
+			torn = fmt.Sprintf("file ends %d bytes into a record's frame", n)
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+		}
+		length := binary.BigEndian.Uint16(frame[4:])
+		if check := binary.BigEndian.Uint16(frame[6:]); check != ^length {
+			if allZero(frame[:]) {
+				zero, err := restIsZero(r)
+				if err != nil {
+					return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+				}
+				if zero {
+					torn = "zeroed space after the last record"
+					break
+				}
+			}
+			return 0, corrupt(off, "record length fails its check")
+		}
+		if length == 0 || int(length) > maxPayload {
+			return 0, corrupt(off, fmt.Sprintf("record length %d out of range", length))
+		}
+		p := payload[:length]
+		if _, err := io.ReadFull(r, p); err != nil {
+			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+				torn = "file ends inside a record"
+				break
+			}
+			return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+		}
+		crc := crc32.Update(crc32.Checksum(frame[4:], castagnoli), castagnoli, p)
+		if crc != binary.BigEndian.Uint32(frame[:4]) {
+			return 0, corrupt(off, "checksum mismatch")
+		}
+		rec, reason := decodePayload(p)
+		if reason != "" {
+			return 0, corrupt(off, reason)
+		}
+		l.apply(rec.typ, rec.key, rec.h)
+		off += frameSize + int64(length)
+	}
+	if torn != "" {
+		l.logger.Warn("walog: cut a torn final record; the start goes on",
+			"file", l.path, "offset", off, "bytes_dropped", fileSize-off, "reason", torn)
+		if err := l.f.Truncate(off); err != nil {
+			return 0, fmt.Errorf("walog: cut torn tail of %s at %d: %w", l.path, off, err)
+		}
+		if err := l.f.Sync(); err != nil {
+			return 0, fmt.Errorf("walog: fsync %s after cutting its tail: %w", l.path, err)
+		}
+	}
+	return off, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func restIsZero(r *bufio.Reader) (bool, error) {
+	for {
+		c, err := r.ReadByte()
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if c != 0 {
+			return false, nil
+		}
+	}
+}
+
+// apply updates the live set with a durable record.
+func (l *Log) apply(typ byte, key string, h Holder) {
+	old, had := l.live[key]
+	if had {
+		l.liveBytes -= int64(acquireSize(key, old))
+	}
+	switch typ {
+	case typeAcquire:
+		l.live[key] = h
+		l.liveBytes += int64(acquireSize(key, h))
+	case typeRelease:
+		delete(l.live, key)
+	}
+}
+
+// Acquire records that key is held by h, and returns once the record is
+// durable.
+func (l *Log) Acquire(key string, h Holder) error {
+	if err := checkField("key", key); err != nil {
+		return err
+	}
+	if err := checkField("source", h.Source); err != nil {
+		return err
+	}
+	if err := checkField("remote address", h.Remote); err != nil {
+		return err
+	}
+	return l.submit(&request{
+		rec: appendAcquire(make([]byte, 0, acquireSize(key, h)), key, h),
+		typ: typeAcquire, key: key, h: h,
+	})
+}
+
+// Release records that key is free, and returns once the record is
+// durable.
+func (l *Log) Release(key string) error {
+	if err := checkField("key", key); err != nil {
+		return err
+	}
+	return l.submit(&request{
+		rec: appendRelease(make([]byte, 0, frameSize+3+len(key)), key),
+		typ: typeRelease, key: key,
+	})
+}
+
+func (l *Log) submit(r *request) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	r.done = make(chan error, 1)
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	l.queue <- r
+	l.mu.RUnlock()
+	return <-r.done
+}
+
+// Err returns the error that failed the log (wrapping ErrFailed), or nil
+// while the log is healthy.
+func (l *Log) Err() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		SizeBytes:   l.size.Load(),
+		Compactions: l.compactions.Load(),
+		Errors:      l.errs.Load(),
+		Fsyncs:      l.fsyncs.Load(),
+		Records:     l.records.Load(),
+	}
+}
+
+// Close answers every queued record, stops the writer, discards a
+// compaction in progress and closes the file. Every record acknowledged
+// before is already durable. Later calls return ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	close(l.queue)
+	l.mu.Unlock()
+	<-l.done
+	return l.closeErr
+}
+
+// run is the writer goroutine, started by Open and ended by Close. It owns
+// the file, the live set and the compactor goroutine, which it always
+// waits for before it ends.
+func (l *Log) run() {
+	defer close(l.done)
+	batch := make([]*request, 0, maxBatch)
+	var buf []byte
+	for {
+		l.maybeCompact()
+		select {
+		case res := <-l.compacted:
+			l.finishCompaction(res)
+		case r, ok := <-l.queue:
+			if !ok {
+				l.shutdown()
+				return
+			}
+			batch = append(batch[:0], r)
+			open := true
+		drain:
+			for open && len(batch) < maxBatch {
+				select {
+				case r, ok := <-l.queue:
+					if !ok {
+						open = false
+						break drain
+					}
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			buf = l.commit(batch, buf[:0])
+			clear(batch) // let the requests go
+			if !open {
+				l.shutdown()
+				return
+			}
+		}
+	}
+}
+
+// commit writes a batch with one write and one fsync, then answers every
+// caller. buf is reused between batches.
+func (l *Log) commit(batch []*request, buf []byte) []byte {
+	if err := l.Err(); err != nil {
+		for _, r := range batch {
+			r.done <- err
+		}
+		return buf
+	}
+	for _, r := range batch {
+		buf = append(buf, r.rec...)
+	}
+	err := l.writeBatch(buf)
+	if err != nil {
+		err = l.fail(err)
+	} else {
+		l.size.Add(int64(len(buf)))
+		l.records.Add(uint64(len(batch)))
+		for _, r := range batch {
+			l.apply(r.typ, r.key, r.h)
+		}
+		if l.compacting {
+			l.tail = append(l.tail, buf...)
+		}
+	}
+	for _, r := range batch {
+		r.done <- err
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil // do not keep a burst's buffer for ever
+	}
+	return buf
+}
+
+func (l *Log) writeBatch(buf []byte) error {
+	n, err := l.f.Write(buf)
+	if err == nil && n < len(buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", l.path, err)
+	}
+	start := time.Now()
+	err = l.f.Sync()
+	l.onFsync(time.Since(start))
+	l.fsyncs.Add(1)
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// fail makes err sticky: every later record is refused with it.
+func (l *Log) fail(err error) error {
+	l.errs.Add(1)
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	if l.failed.CompareAndSwap(nil, &err) {
+		l.logger.Error("walog: the log failed; every lock and unlock is refused until restart",
+			"file", l.path, "err", err)
+	}
+	return *l.failed.Load()
+}
+
+// maybeCompact starts a compaction when the log has grown to twice its
+// live records and past the floor.
+func (l *Log) maybeCompact() {
+	if l.compacting || l.Err() != nil {
+		return
+	}
+	size := l.size.Load()
+	if size < l.floor || size < 2*(headerSize+l.liveBytes) || size < l.retryAt {
+		return
+	}
+	// The snapshot is encoded here, between batches, so it is exactly
+	// the state the file holds; records that come later go to the tail.
+	snap := make([]byte, 0, headerSize+l.liveBytes)
+	snap = appendHeader(snap)
+	for k, h := range l.live {
+		snap = appendAcquire(snap, k, h)
+	}
+	l.compacting = true
+	l.tail = l.tail[:0]
+	go func() { // ended before the writer ends: run and shutdown wait for it
+		f, err := writeTemp(l.fs, l.tmp, snap)
+		l.compacted <- compactResult{f: f, size: int64(len(snap)), err: err}
+	}()
+}
+
+// finishCompaction appends the tail to the compacted file and renames it
+// over the log. Lockers wait meanwhile: this is the only stall.
+func (l *Log) finishCompaction(res compactResult) {
+	l.compacting = false
+	tail := l.tail
+	l.tail = nil
+	if res.err == nil && l.Err() != nil {
+		res.f.Close()
+		l.fs.Remove(l.tmp)
+		return
+	}
+	var renamed bool
+	err := res.err
+	if err == nil {
+		renamed, err = commitTemp(l.fs, res.f, l.tmp, l.path, l.dir, tail)
+	}
+	if err != nil && !renamed {
+		// The old log is untouched and still whole: keep using it, and
+		// try again once it has grown by another floor's worth.
+		l.errs.Add(1)
+		l.retryAt = l.size.Load() + l.floor
+		l.logger.Warn("walog: compaction failed; the old log stays in use", "file", l.path, "err", err)
+		return
+	}
+	old := l.f
+	l.f = res.f
+	if cerr := old.Close(); cerr != nil {
+		l.logger.Warn("walog: closing the log before compaction", "file", l.path, "err", cerr)
+	}
+	if err != nil {
+		// Renamed but the folder fsync failed: after a crash the name may
+		// point at either file, and only the new one will have the next
+		// records. Nothing more can be promised durable.
+		l.fail(fmt.Errorf("compaction: %w", err))
+		return
+	}
+	l.size.Store(res.size + int64(len(tail)))
+	l.compactions.Add(1)
+	l.logger.Debug("walog: compacted", "file", l.path, "bytes", l.size.Load(), "held_keys", len(l.live))
+}
+
+// shutdown ends the writer: it waits for a running compaction, discards
+// it, and closes the file.
+func (l *Log) shutdown() {
+	if l.compacting {
+		res := <-l.compacted
+		l.compacting = false
+		if res.err == nil {
+			res.f.Close()
+			l.fs.Remove(l.tmp)
+		}
+	}
+	if err := l.f.Close(); err != nil {
+		l.closeErr = fmt.Errorf("walog: close %s: %w", l.path, err)
+	}
+}

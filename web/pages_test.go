@@ -251,3 +251,22 @@ func TestFormat(t *testing.T) {
 		t.Errorf("size = %q", got)
 	}
 }
+
+// TestDeepPage goes past heapMax, where the walk copies every match.
+func TestDeepPage(t *testing.T) {
+	f := newFixture(t)
+	n := heapMax + 250
+	for i := range n {
+		f.hold(fmt.Sprintf("k%05d", i), "s", time.Duration(n-i)*time.Second)
+	}
+	rows := regexp.MustCompile(`data-key="([^"]*)"`)
+	for range 2 { // the second walk reuses the pooled buffer
+		for _, target := range []string{fmt.Sprintf("/?page=%d", n/PageSize), fmt.Sprintf("/?sort=age&page=%d", n/PageSize)} {
+			body := f.do("GET", target, "").Body.String()
+			got := rows.FindAllStringSubmatch(body, -1)
+			if len(got) != PageSize || got[0][1] != fmt.Sprintf("k%05d", n-PageSize-50) {
+				t.Fatalf("%s: %d rows, first %v", target, len(got), got[0])
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package web
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
@@ -54,7 +55,7 @@ type selection struct {
 // heapMax bounds the rows kept in the heap. Beyond it (deep pages, large
 // API pages) the walk copies every match and selects the range instead,
 // which costs less than churning a large heap.
-const heapMax = 20000
+const heapMax = 2000
 
 // snapshot is one walk of the table.
 type snapshot struct {
@@ -77,9 +78,17 @@ func (s *server) walk(sel selection, now time.Time) snapshot {
 	stuckBefore := now.Add(-s.opts.StuckAfter)
 	f := sel.filter
 	h := rowHeap{order: sel.Order, keep: sel.Keep}
-	if sel.Keep < 0 || sel.Keep > heapMax {
+	var pooled *[]locker.KeyInfo
+	switch {
+	case sel.Keep < 0:
 		h.keep = -1
 		h.rows = make([]locker.KeyInfo, 0, s.opts.Table.Stats().Held)
+	case sel.Keep > heapMax:
+		// A deep page: every match is copied, then the page selected. The
+		// copy is large (128 bytes a key), so its memory is reused.
+		h.keep = -1
+		pooled = collectPool.Get().(*[]locker.KeyInfo)
+		h.rows = (*pooled)[:0]
 	}
 	s.opts.Table.Each(func(ki locker.KeyInfo) bool {
 		snap.Held++
@@ -108,12 +117,21 @@ func (s *server) walk(sel selection, now time.Time) snapshot {
 			end = len(h.rows)
 		}
 		snap.Rows = selectRange(h.rows, sel.Skip, end, sel.Order)
+		if pooled != nil {
+			snap.Rows = slices.Clone(snap.Rows)
+			clear(h.rows) // let the keys' strings go
+			*pooled = h.rows[:0]
+			collectPool.Put(pooled)
+		}
 	} else {
 		rows := h.sorted()
 		snap.Rows = rows[min(sel.Skip, len(rows)):]
 	}
 	return snap
 }
+
+// collectPool holds the buffers of deep-page walks.
+var collectPool = sync.Pool{New: func() any { return new([]locker.KeyInfo) }}
 
 // rowHeap keeps the first keep rows in order seen so far: a max-heap,
 // whose top is the last row kept, so that a row that sorts after it is

@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -102,4 +103,18 @@ func shown(s string) string {
 		return s
 	}
 	return quoted(s)
+}
+
+// sentence turns an error message into a sentence for a page: capital
+// first letter, final period. Error values stay lower-case, as Go's are.
+func sentence(msg string) string {
+	if msg == "" {
+		return msg
+	}
+	r, n := utf8.DecodeRuneInString(msg)
+	msg = string(unicode.ToUpper(r)) + msg[n:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
 }

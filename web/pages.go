@@ -272,7 +272,7 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 func (s *server) confirmResetKey(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
-		s.pageError(w, r, http.StatusBadRequest, errors.New("no key given: open the reset from the dashboard"))
+		s.pageError(w, r, http.StatusBadRequest, errors.New("no key given: start a reset from the dashboard or a key's page"))
 		return
 	}
 	d := confirmData{chrome: chrome{Title: "Reset key " + shown(key), Version: s.opts.Version}, By: "key", Name: key}
@@ -287,7 +287,7 @@ func (s *server) confirmResetKey(w http.ResponseWriter, r *http.Request) {
 func (s *server) confirmResetSource(w http.ResponseWriter, r *http.Request) {
 	source := r.URL.Query().Get("source")
 	if source == "" {
-		s.pageError(w, r, http.StatusBadRequest, errors.New("no source given: open the reset from the dashboard"))
+		s.pageError(w, r, http.StatusBadRequest, errors.New("no source given: start a reset from the dashboard or a key's page"))
 		return
 	}
 	d := confirmData{chrome: chrome{Title: "Reset source " + shown(source), Version: s.opts.Version}, By: "source", Name: source}
@@ -359,7 +359,7 @@ func (s *server) pageError(w http.ResponseWriter, r *http.Request, status int, e
 	if status >= 500 {
 		s.log.Error("web request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	s.render(w, r, status, errorPage(chrome{Title: http.StatusText(status), Version: s.opts.Version}, status, err.Error()))
+	s.render(w, r, status, errorPage(chrome{Title: http.StatusText(status), Version: s.opts.Version}, status, sentence(err.Error())))
 }
 
 // securityHeaders are sent with every page: scripts and styles come from

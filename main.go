@@ -17,10 +17,12 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/walog"
 	"github.com/locking-center/locking-center/web"
 	"github.com/locking-center/locking-center/wire"
 )
@@ -83,7 +85,17 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	defer stopSignals()
 
 	metrics := web.NewMetrics(web.MetricsOptions{WAL: cfg.DataPath != ""})
-	table := locker.New(locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold})
+	topts := locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold}
+	// With DATA_PATH the table gets its journal now; the log behind it is
+	// opened (and replayed into the table) once the web port serves, so
+	// /healthz answers during a long replay and /readyz waits for it.
+	var journal *walJournal
+	if cfg.DataPath != "" {
+		journal = &walJournal{}
+		topts.Journal = journal
+	}
+	table := locker.New(topts)
+	var replayed atomic.Bool
 	srv := &wire.Server{
 		Table:          table,
 		RequestTimeout: cfg.RequestTimeout,
@@ -112,20 +124,16 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			Connections: srv.Connections,
 			Logger:      logger,
 			Version:     version,
+			// Not ready before the replay, nor after the log failed: the
+			// engine then answers '-' to every lock until a restart.
+			Ready:    func() bool { return replayed.Load() && journal.healthy() },
+			LogStats: journal.stats,
 		})
 		webSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
 
-	logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
-		"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections)
-
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
-	wg.Go(func() {
-		if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
-			errc <- fmt.Errorf("lock protocol: %w", err)
-		}
-	})
 	if webSrv != nil {
 		wg.Go(func() {
 			if err := webSrv.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
@@ -133,19 +141,37 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			}
 		})
 	}
-	if onReady != nil {
-		var wa net.Addr
-		if webLn != nil {
-			wa = webLn.Addr()
-		}
-		onReady(tcpLn.Addr(), wa)
-	}
 
 	var serveErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down")
-	case serveErr = <-errc:
+	if cfg.DataPath != "" {
+		// A corrupt log stops the start: the error names the file and the
+		// byte offset (walog.CorruptError), and main exits non-zero.
+		if err := journal.open(cfg.DataPath, table, metrics, logger); err != nil {
+			serveErr = fmt.Errorf("DATA_PATH: %w", err)
+			tcpLn.Close() // never served, so Shutdown does not know it
+		}
+	}
+	if serveErr == nil {
+		replayed.Store(true)
+		logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
+			"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections)
+		wg.Go(func() {
+			if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
+				errc <- fmt.Errorf("lock protocol: %w", err)
+			}
+		})
+		if onReady != nil {
+			var wa net.Addr
+			if webLn != nil {
+				wa = webLn.Addr()
+			}
+			onReady(tcpLn.Addr(), wa)
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down")
+		case serveErr = <-errc:
+		}
 	}
 
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -159,8 +185,88 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		}
 	}
 	wg.Wait()
+	// Every acknowledged record is already fsynced; Close answers what is
+	// still queued and closes the file.
+	if err := journal.close(); err != nil {
+		logger.Warn("write-ahead log close", "err", err)
+	}
 	logger.Info("stopped")
 	return serveErr
+}
+
+// walJournal adapts the write-ahead log to locker.Journal. It is made
+// before the log is open, so the table can be built first and restored by
+// the replay; until open succeeds it refuses every record. Its methods are
+// safe on a nil *walJournal (no DATA_PATH).
+type walJournal struct {
+	log atomic.Pointer[walog.Log]
+}
+
+var errNotReplayed = errors.New("write-ahead log not open yet")
+
+// Acquire records a grant; the engine answers '+' only if it returns nil.
+func (j *walJournal) Acquire(key string, h locker.Holder, since time.Time) error {
+	l := j.log.Load()
+	if l == nil {
+		return errNotReplayed
+	}
+	return l.Acquire(key, walog.Holder{Source: h.Source, Remote: h.Remote, Since: since})
+}
+
+// Release records a release before it takes effect.
+func (j *walJournal) Release(key string) error {
+	l := j.log.Load()
+	if l == nil {
+		return errNotReplayed
+	}
+	return l.Release(key)
+}
+
+// open opens and replays the log at path into table, which must be empty
+// and not yet served.
+func (j *walJournal) open(path string, table *locker.Table, m *web.Metrics, logger *slog.Logger) error {
+	start := time.Now()
+	l, err := walog.Open(path, walog.Options{OnFsync: m.ObserveFsync, Logger: logger},
+		func(key string, h walog.Holder) error {
+			return table.Restore(key, locker.Holder{Source: h.Source, Remote: h.Remote}, h.Since)
+		})
+	if err != nil {
+		return err
+	}
+	j.log.Store(l)
+	logger.Info("write-ahead log replayed", "file", path, "held_keys", table.Stats().Held,
+		"bytes", l.Stats().SizeBytes, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (j *walJournal) healthy() bool {
+	if j == nil {
+		return true
+	}
+	l := j.log.Load()
+	return l != nil && l.Err() == nil
+}
+
+func (j *walJournal) stats() web.LogStats {
+	if j == nil {
+		return web.LogStats{}
+	}
+	l := j.log.Load()
+	if l == nil {
+		return web.LogStats{}
+	}
+	st := l.Stats()
+	return web.LogStats{SizeBytes: st.SizeBytes, Compactions: st.Compactions, Errors: st.Errors}
+}
+
+func (j *walJournal) close() error {
+	if j == nil {
+		return nil
+	}
+	if l := j.log.Load(); l != nil {
+		return l.Close()
+	}
+	return nil
 }
 
 // healthcheck GETs /readyz on the web port named by the environment and

@@ -191,7 +191,7 @@ func Open(path string, opts Options, restore func(key string, h Holder) error) (
 			return nil, fmt.Errorf("walog: restore %q from %s: %w", k, path, err)
 		}
 	}
-	l.logger.Info("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
+	l.logger.Debug("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
 	go l.run()
 	return l, nil
 }

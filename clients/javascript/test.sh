@@ -41,6 +41,12 @@ if [ -z "$pass" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
+if [ "$fail" -ne 0 ]; then
+  # Repeat the failures next to the counts (the harness shows only the tail).
+  echo "== failures"
+  awk '/^ *not ok /{show=1} show{print} show && /^ *\.\.\.$/{show=0}' "$out" |
+    grep -vE '^ +(at |async |process\.processTicks)' | head -n 80
+fi
 if [ "${skipped:-0}" -gt 0 ]; then
   echo "$pass passed, $fail failed, $skipped skipped"
 else

@@ -37,8 +37,13 @@ func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	if err != nil {
 		return nil, err // *os.PathError: already names the file
 	}
-	return f, nil
+	return osFile{f}, nil
 }
+
+// osFile is an os.File whose Sync is syncFile (fdatasync on Linux).
+type osFile struct{ *os.File }
+
+func (f osFile) Sync() error { return syncFile(f.File) }
 
 // Rename renames with os.Rename.
 func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }

@@ -204,6 +204,10 @@ func (l *Log) replay() (int64, error) {
 		return 0, fmt.Errorf("walog: stat: %w", err)
 	}
 	fileSize := fi.Size()
+	// Size the live set for a log that compaction keeps near twice its
+	// live records (about 50 bytes each): growing a map of a million keys
+	// step by step costs more than reading the file.
+	l.live = make(map[string]Holder, min(fileSize/100, 1<<24))
 	if fileSize == 0 {
 		// An empty file (made by the operator, say) is a new log.
 		if err := writeSync(l.f, appendHeader(nil), l.path); err != nil {

@@ -548,3 +548,51 @@ func TestPowerLossKeepsEveryAcknowledgedRecord(t *testing.T) {
 	_, got := open(t, path, Options{})
 	equalHolders(t, got, want)
 }
+
+// TestCloseDuringCompaction closes the log while the compactor is stuck in
+// its write: Close waits for it, discards the temporary file, and the old
+// log is whole.
+func TestCloseDuringCompaction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.wal")
+	fsys := &FaultFS{}
+	l, _ := open(t, path, Options{FS: fsys, CompactFloor: 1024})
+	inCompaction := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	fsys.SetFault(func(op, name string) error {
+		if op == "write" && strings.HasSuffix(name, ".tmp") {
+			once.Do(func() { close(inCompaction); <-release })
+		}
+		return nil
+	})
+	want := map[string]Holder{}
+	for i := 0; ; i++ {
+		select {
+		case <-inCompaction:
+		default:
+			k := fmt.Sprintf("k%d", i%30)
+			if err := l.Acquire(k, holder(i)); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = holder(i)
+			continue
+		}
+		break
+	}
+	closed := make(chan error)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the compactor was still writing", err)
+	case <-time.After(20 * time.Millisecond): // proving a negative: a short look
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary file left after Close: %v", err)
+	}
+	_, got := open(t, path, Options{})
+	equalHolders(t, got, want)
+}

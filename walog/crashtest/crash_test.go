@@ -74,19 +74,20 @@ type server struct {
 	cmd    *exec.Cmd
 	out    *output
 	addr   string
+	web    string // "off" unless started with a WEB_ADDRESS
 	exited chan struct{} // closed once cmd.Wait returned
 	err    error         // cmd.Wait's error, once exited is closed
 }
 
 // output collects the server's stderr and notices the start line.
 type output struct {
-	mu      sync.Mutex // guards buf and addr
-	buf     bytes.Buffer
-	addr    string
-	started chan struct{} // closed when the start line is seen
+	mu        sync.Mutex // guards buf, addr and web
+	buf       bytes.Buffer
+	addr, web string
+	started   chan struct{} // closed when the start line is seen
 }
 
-var startLine = regexp.MustCompile(`msg="locking-center started".* bind=(\S+)`)
+var startLine = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
 
 func (o *output) Write(p []byte) (int, error) {
 	o.mu.Lock()
@@ -94,7 +95,7 @@ func (o *output) Write(p []byte) (int, error) {
 	o.buf.Write(p)
 	if o.addr == "" {
 		if m := startLine.FindSubmatch(o.buf.Bytes()); m != nil {
-			o.addr = string(m[1])
+			o.addr, o.web = string(m[1]), string(m[2])
 			close(o.started)
 		}
 	}
@@ -107,11 +108,14 @@ func (o *output) String() string {
 	return o.buf.String()
 }
 
-func start(t *testing.T, dataPath string) *server {
+// start runs the binary with the log at dataPath ("" for none) and waits
+// for it to serve. env adds to or overrides its environment.
+func start(t testing.TB, dataPath string, env ...string) *server {
 	t.Helper()
 	s := &server{out: &output{started: make(chan struct{})}, exited: make(chan struct{})}
 	s.cmd = exec.Command(binary)
 	s.cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stderr = s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -123,7 +127,7 @@ func start(t *testing.T, dataPath string) *server {
 	select {
 	case <-s.out.started:
 		s.out.mu.Lock()
-		s.addr = s.out.addr
+		s.addr, s.web = s.out.addr, s.out.web
 		s.out.mu.Unlock()
 		return s
 	case <-s.exited:

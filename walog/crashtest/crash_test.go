@@ -74,7 +74,7 @@ type server struct {
 	cmd    *exec.Cmd
 	out    *output
 	addr   string
-	web    string // "off" unless started with a WEB_ADDRESS
+	web    string        // "off" unless started with a WEB_ADDRESS
 	exited chan struct{} // closed once cmd.Wait returned
 	err    error         // cmd.Wait's error, once exited is closed
 }

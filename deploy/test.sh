@@ -46,15 +46,20 @@ if command -v promtool >/dev/null 2>&1; then
 	step "promtool check rules" promtool check rules prometheus/alerts.yml
 	step "promtool check config" promtool check config prometheus/prometheus.yml
 	step "promtool test rules" promtool test rules prometheus/alerts_test.yml
-else
+elif [ "${CI:-}" = "true" ]; then
 	echo "--- FAILED: promtool not found; run deploy/ci-setup.sh (installs Debian's prometheus package)"
 	failed=$((failed + 1))
 	failures+=("promtool missing")
+else
+	# Locally, like a client whose toolchain is missing: say so plainly and
+	# go on; in CI (CI=true) a missing promtool fails the run.
+	echo "--- SKIPPED: promtool not found, so the alert rules were not checked; run deploy/ci-setup.sh to install it"
+	skipped=3
 fi
 
 echo
 for f in "${failures[@]}"; do
 	echo "deploy: FAILED $f"
 done
-echo "deploy: $passed passed, $failed failed"
+echo "deploy: $passed passed, $failed failed${skipped:+, $skipped skipped}"
 [ "$failed" -eq 0 ]

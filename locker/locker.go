@@ -120,10 +120,9 @@ type request struct {
 	Holder
 	since  time.Time     // arrival while waiting, grant time once held; guarded by entry.mu
 	cancel chan struct{} // closed by ResetBySource; nil for requests that never waited
-	// cancelled and revoked are guarded by entry.mu. revoked means another
-	// caller released the grant before this request acknowledged it.
-	cancelled bool
-	revoked   bool
+	// revoked, guarded by entry.mu, means another caller released the grant
+	// before this request acknowledged it.
+	revoked bool
 }
 
 // New returns an empty lock table.
@@ -216,14 +215,11 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) error {
 	r := &request{id: t.nextID.Add(1), Holder: h, since: time.Now()}
 	arrived := r.since
 
-	select {
-	case e.slot <- r: // free, and nobody queued
-		return t.acknowledge(ctx, e, r, nil, arrived)
-	default:
-	}
-
-	r.cancel = make(chan struct{})
 	e.mu.Lock()
+	if e.take(r) {
+		return t.acknowledge(ctx, e, r, nil, arrived)
+	}
+	r.cancel = make(chan struct{})
 	if e.reset == nil {
 		e.reset = make(chan struct{})
 	}
@@ -232,12 +228,16 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) error {
 		e.waiters = make(map[uint64]*request)
 	}
 	e.waiters[r.id] = r
-	e.mu.Unlock()
 	t.waiting.Add(1)
+	e.mu.Unlock()
 
+	// From here to the select's park is the only stretch in which the
+	// registry shows a waiter that the channel does not queue yet; take
+	// keeps newcomers out meanwhile.
 	var err error
 	select {
 	case e.slot <- r:
+		e.mu.Lock()
 		return t.acknowledge(ctx, e, r, reset, arrived)
 	case <-reset:
 		err = ErrReset
@@ -247,21 +247,42 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) error {
 		err = context.Cause(ctx)
 	}
 	e.mu.Lock()
-	delete(e.waiters, r.id)
+	t.dropWaiter(e, r)
 	e.mu.Unlock()
-	t.waiting.Add(-1)
 	t.unref(e)
 	return err
 }
 
-// acknowledge turns a won slot into a held key, or hands it on when the
-// request was withdrawn in the same instant or the journal refuses.
-func (t *Table) acknowledge(ctx context.Context, e *entry, r *request, reset chan struct{}, arrived time.Time) error {
-	e.mu.Lock()
-	if r.cancel != nil {
+// dropWaiter takes r out of the registry, unless a reset already did.
+// e.mu must be held.
+func (t *Table) dropWaiter(e *entry, r *request) {
+	if e.waiters[r.id] == r {
 		delete(e.waiters, r.id)
 		t.waiting.Add(-1)
 	}
+}
+
+// take fills the slot with r if the key is free and nobody is registered to
+// wait for it: a waiter that has registered but not yet parked on the
+// channel is ahead of any newcomer, so a free slot is its, not the
+// newcomer's. e.mu must be held.
+func (e *entry) take(r *request) bool {
+	if len(e.waiters) > 0 {
+		return false
+	}
+	select {
+	case e.slot <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// acknowledge turns a won slot into a held key, or hands it on when the
+// request was withdrawn in the same instant or the journal refuses. It is
+// called with e.mu held and releases it.
+func (t *Table) acknowledge(ctx context.Context, e *entry, r *request, reset chan struct{}, arrived time.Time) error {
+	t.dropWaiter(e, r)
 	err := withdrawn(ctx, r, reset)
 	if r.revoked {
 		// An Unlock or reset released this grant before we saw it: it is
@@ -306,20 +327,21 @@ func withdrawn(ctx context.Context, r *request, reset chan struct{}) error {
 }
 
 // TryLock takes key if it is free at this instant and returns ErrLocked
-// otherwise. It never waits and never takes a key being handed to a waiter.
+// otherwise. It never waits, and never takes a key being handed to a
+// waiter or one that a waiter has asked for.
 func (t *Table) TryLock(key string, h Holder) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
 	e := t.ref(key)
 	r := &request{id: t.nextID.Add(1), Holder: h, since: time.Now()}
-	select {
-	case e.slot <- r:
-		return t.acknowledge(context.Background(), e, r, nil, r.since)
-	default:
+	e.mu.Lock()
+	if !e.take(r) {
+		e.mu.Unlock()
 		t.unref(e)
 		return ErrLocked
 	}
+	return t.acknowledge(context.Background(), e, r, nil, r.since)
 }
 
 // release empties the slot of a held key and says whether the caller must
@@ -394,7 +416,11 @@ func (t *Table) ResetByKey(key string) (ResetResult, error) {
 	if e.reset != nil {
 		close(e.reset)
 		e.reset = nil
+		// Every registered waiter is leaving with ErrReset: out of the
+		// registry now, so the key is free for newcomers at once.
 		res.Refused = len(e.waiters)
+		t.waiting.Add(-int64(len(e.waiters)))
+		clear(e.waiters)
 	}
 	drop := false
 	if held {
@@ -417,9 +443,9 @@ func (t *Table) ResetBySource(source string) (ResetResult, error) {
 	t.eachEntry(func(e *entry) {
 		e.mu.Lock()
 		for _, r := range e.waiters {
-			if r.Source == source && !r.cancelled {
-				r.cancelled = true
+			if r.Source == source {
 				close(r.cancel)
+				t.dropWaiter(e, r) // deleting during range is allowed
 				res.Refused++
 			}
 		}
@@ -567,9 +593,6 @@ func (e *entry) info(withQueue bool) (KeyInfo, bool) {
 	ki := KeyInfo{Key: e.key, Holder: e.holder.Holder, Since: e.holder.since}
 	var queue []*request
 	for _, r := range e.waiters {
-		if r.cancelled {
-			continue
-		}
 		ki.Waiters++
 		if ki.OldestWaiter.IsZero() || r.since.Before(ki.OldestWaiter) {
 			ki.OldestWaiter = r.since

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// parked counts the goroutines blocked in Lock's select: waiters the
+// channel really queues, not just registered ones.
+func parked() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "locker.(*Table).Lock(") {
+			count++
+		}
+	}
+	return count
+}
+
 func queueLen(tb *Table, key string) int {
 	ki, ok := tb.Key(key)
 	if !ok {
@@ -47,6 +69,7 @@ func queueWaiters(t *testing.T, tb *Table, ctxs []context.Context, key string) (
 	t.Helper()
 	granted = make(chan int, len(ctxs))
 	results = make(chan waiterResult, len(ctxs))
+	base := parked()
 	for i, ctx := range ctxs {
 		go func() {
 			err := tb.Lock(ctx, key, holder(fmt.Sprintf("w%d", i)))
@@ -55,7 +78,10 @@ func queueWaiters(t *testing.T, tb *Table, ctxs []context.Context, key string) (
 			}
 			results <- waiterResult{i, err}
 		}()
-		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return queueLen(tb, key) == i+1 })
+		// Parked, not only registered: the next waiter must queue behind.
+		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool {
+			return queueLen(tb, key) == i+1 && parked() == base+i+1
+		})
 	}
 	return granted, results
 }
@@ -200,13 +226,13 @@ func TestResetBySource(t *testing.T) {
 	}
 	k1 := make(chan error, 1)
 	go func() { k1 <- tb.Lock(ctx, "k1", holder("good")) }()
-	waitFor(t, "good queued on k1", func() bool { return queueLen(tb, "k1") == 1 })
+	waitFor(t, "good queued on k1", func() bool { return queueLen(tb, "k1") == 1 && parked() == 1 })
 	k2bad := make(chan error, 1)
 	go func() { k2bad <- tb.Lock(ctx, "k2", holder("bad")) }()
-	waitFor(t, "bad queued on k2", func() bool { return queueLen(tb, "k2") == 1 })
+	waitFor(t, "bad queued on k2", func() bool { return queueLen(tb, "k2") == 1 && parked() == 2 })
 	k2good := make(chan error, 1)
 	go func() { k2good <- tb.Lock(ctx, "k2", holder("good")) }()
-	waitFor(t, "good queued on k2", func() bool { return queueLen(tb, "k2") == 2 })
+	waitFor(t, "good queued on k2", func() bool { return queueLen(tb, "k2") == 2 && parked() == 3 })
 
 	res, err := tb.ResetBySource("bad")
 	if err != nil || res.Released != 1 || res.Refused != 1 {
@@ -354,10 +380,10 @@ func TestGrantRacingCancellationIsHandedOn(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		ghost := make(chan error, 1)
 		go func() { ghost <- tb.Lock(ctx, "k", holder("ghost")) }()
-		waitFor(t, "ghost queued", func() bool { return queueLen(tb, "k") == 1 })
+		waitFor(t, "ghost queued", func() bool { return queueLen(tb, "k") == 1 && parked() == 1 })
 		live := make(chan error, 1)
 		go func() { live <- tb.Lock(bg, "k", holder("live")) }()
-		waitFor(t, "live queued", func() bool { return queueLen(tb, "k") == 2 })
+		waitFor(t, "live queued", func() bool { return queueLen(tb, "k") == 2 && parked() == 2 })
 		go cancel()
 		if err := tb.Unlock("k"); err != nil {
 			t.Fatal(err)
@@ -497,4 +523,38 @@ func assertEmpty(t *testing.T, tb *Table) {
 			t.Fatalf("shard %d still has %d entries after everything was released", i, n)
 		}
 	}
+}
+
+// TestRegisteredWaiterIsNotOvertaken covers the stretch between a waiter
+// registering and parking on the channel: the key may be free then (its
+// holder just let go), and a TryLock must not take it from under the
+// waiter, which the registry already shows as queued.
+func TestRegisteredWaiterIsNotOvertaken(t *testing.T) {
+	tb := New(Options{})
+	e := tb.ref("k")
+	r := &request{id: tb.nextID.Add(1), Holder: holder("early"), cancel: make(chan struct{})}
+	e.mu.Lock()
+	e.reset = make(chan struct{})
+	e.waiters = map[uint64]*request{r.id: r}
+	tb.waiting.Add(1)
+	e.mu.Unlock()
+
+	for range 100 {
+		if err := tb.TryLock("k", holder("thief")); !errors.Is(err, ErrLocked) {
+			t.Fatalf("TryLock while a waiter is registered = %v, want ErrLocked", err)
+		}
+	}
+	// The waiter parks now and, the key being free, wins it at once.
+	e.slot <- r
+	e.mu.Lock()
+	if err := tb.acknowledge(context.Background(), e, r, nil, r.since); err != nil {
+		t.Fatal(err)
+	}
+	if ki, _ := tb.Key("k"); ki.Holder.Source != "early" || ki.Waiters != 0 {
+		t.Fatalf("after the waiter's grant: %+v", ki)
+	}
+	if err := tb.Unlock("k"); err != nil {
+		t.Fatal(err)
+	}
+	assertEmpty(t, tb)
 }

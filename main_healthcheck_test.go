@@ -10,29 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 )
-
-// buildBinary builds the real locking-center binary once per test run, so
-// the healthcheck is exercised exactly as a container HEALTHCHECK runs it.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	gotool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("go tool not on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "locking-center")
-	out, err := exec.Command(gotool, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // runHealthcheck runs `locking-center healthcheck` with only WEB_ADDRESS set
 // and returns its exit status and stderr.
@@ -98,7 +81,7 @@ func startServer(t *testing.T, env map[string]string) (web net.Addr, stop func()
 
 func TestHealthcheckSubcommand(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	bin := buildBinary(t)
+	bin := serverBinary(t) // the binary a container HEALTHCHECK runs
 	web, stop := startServer(t, map[string]string{})
 	_, port, err := net.SplitHostPort(web.String())
 	if err != nil {

@@ -184,22 +184,29 @@ func (t *Table) lookup(key string) *entry {
 func (t *Table) unref(e *entry) {
 	s := t.shardOf(e.key)
 	s.mu.Lock()
-	e.refs--
-	if e.refs == 0 {
-		delete(s.keys, e.key)
-		// Go maps never give back their buckets; rebuild a shard that has
-		// shrunk far below its peak so a burst of distinct keys is not kept
-		// forever.
-		if s.peak >= 1024 && len(s.keys) < s.peak/4 {
-			m := make(map[string]*entry, len(s.keys))
-			for k, v := range s.keys {
-				m[k] = v
-			}
-			s.keys = m
-			s.peak = len(m)
-		}
-	}
+	s.drop(e)
 	s.mu.Unlock()
+}
+
+// drop drops a reference on e, an entry of s, and forgets it when it was
+// the last one. s.mu must be held.
+func (s *shard) drop(e *entry) {
+	e.refs--
+	if e.refs > 0 {
+		return
+	}
+	delete(s.keys, e.key)
+	// Go maps never give back their buckets; rebuild a shard that has
+	// shrunk far below its peak so a burst of distinct keys is not kept
+	// forever.
+	if s.peak >= 1024 && len(s.keys) < s.peak/4 {
+		m := make(map[string]*entry, len(s.keys))
+		for k, v := range s.keys {
+			m[k] = v
+		}
+		s.keys = m
+		s.peak = len(m)
+	}
 }
 
 // Lock waits for key in FIFO order and returns nil once the caller holds it.
@@ -496,9 +503,7 @@ func (t *Table) eachEntry(fn func(*entry)) {
 		// keys is on the dashboard's hot path.
 		s.mu.Lock()
 		for _, e := range batch {
-			if e.refs--; e.refs == 0 && s.keys[e.key] == e {
-				delete(s.keys, e.key)
-			}
+			s.drop(e)
 		}
 		s.mu.Unlock()
 	}

@@ -2,16 +2,19 @@ package crashtest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/locking-center/locking-center/wire"
 )
@@ -29,6 +32,7 @@ func benchBinary(b *testing.B, dataPath string) {
 	srv := start(b, dataPath, "WEB_ADDRESS=127.0.0.1:0")
 	defer srv.kill()
 	before := fsyncCount(b, srv)
+	cpu := serverCPU(b, srv)
 	var next atomic.Int64
 	b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ResetTimer()
@@ -49,9 +53,37 @@ func benchBinary(b *testing.B, dataPath string) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquires/s")
+	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/float64(b.N)/1e3, "server-cpu-µs/acquire")
 	if dataPath != "" {
 		b.ReportMetric(float64(fsyncCount(b, srv)-before)/float64(b.N), "fsyncs/acquire")
 	}
+}
+
+// serverCPU reads the server process's user and system CPU time so far
+// from /proc, so the report shows whether the log costs processor time or
+// only waiting. It returns 0 where /proc is missing.
+func serverCPU(b *testing.B, srv *server) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name is in brackets and may hold spaces and brackets:
+	// count from the last ") ". utime and stime are then the 12th and 13th
+	// fields, in clock ticks.
+	i := bytes.LastIndex(stat, []byte(") "))
+	f := strings.Fields(string(stat[i+2:]))
+	if i < 0 || len(f) < 13 {
+		b.Fatalf("unexpected /proc stat %q", stat)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatalf("unexpected /proc stat %q: %v", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ is 100 on Linux
 }
 
 // fsyncCount reads the server's count of log fsyncs from /metrics.

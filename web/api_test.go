@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/keypath"
 )
 
 func decode[T any](t *testing.T, body string) T {
@@ -82,7 +83,7 @@ func TestAPIListAndKey(t *testing.T) {
 	}
 }
 
-// TestAPIKeyRoundTrip checks that any key, percent-encoded by KeyPath,
+// TestAPIKeyRoundTrip checks that any key, percent-encoded by keypath.Encode,
 // reaches the handler unchanged: slashes, dots, markup, bytes that are not
 // UTF-8.
 func TestAPIKeyRoundTrip(t *testing.T) {
@@ -92,9 +93,9 @@ func TestAPIKeyRoundTrip(t *testing.T) {
 		f.hold(k, "s", time.Second)
 	}
 	for _, k := range keys {
-		w := f.do("GET", "/api/v1/keys/"+KeyPath(k), "")
+		w := f.do("GET", "/api/v1/keys/"+keypath.Encode(k), "")
 		if w.Code != 200 {
-			t.Errorf("key %q via %q: %d %s", k, KeyPath(k), w.Code, w.Body)
+			t.Errorf("key %q via %q: %d %s", k, keypath.Encode(k), w.Code, w.Body)
 			continue
 		}
 		if strings.Contains(w.Body.String(), "<script>") {

@@ -12,7 +12,7 @@
 //   - Keys and sources are raw bytes: HTML output escapes them (templ), JSON
 //     output escapes them (encoding/json, which turns bytes that are not
 //     UTF-8 into U+FFFD), and a key inside a URL path is percent-encoded
-//     byte by byte (KeyPath), so any key, '/' and non-UTF-8 bytes included,
+//     byte by byte (package keypath), so any key, '/' and non-UTF-8 bytes included,
 //     round-trips through /keys/{key} and /api/v1/keys/{key}.
 //   - Reads never block the lock path for long: they walk the table one key
 //     at a time (locker.Table.Each) and sort only the page they show.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/locking-center/locking-center/assets"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/keypath"
 )
 
 // routes registers the dashboard's pages and static files.
@@ -309,7 +310,7 @@ func formValue(w http.ResponseWriter, r *http.Request, field string) (string, er
 		return "", fmt.Errorf("bad form: %w", err)
 	}
 	if pct := r.PostForm.Get(field + "_pct"); pct != "" {
-		v, err := unKeyPath(pct)
+		v, err := keypath.Decode(pct)
 		if err != nil {
 			return "", fmt.Errorf("bad form field %s_pct: %w", field, err)
 		}

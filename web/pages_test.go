@@ -13,6 +13,7 @@ import (
 
 	"github.com/locking-center/locking-center/assets"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/keypath"
 )
 
 const script = "<script>alert(1)</script>"
@@ -27,14 +28,14 @@ func TestPagesEscape(t *testing.T) {
 
 	pages := map[string]string{
 		"dashboard":        "/",
-		"key":              "/keys/" + KeyPath(script),
-		"key raw":          "/keys/" + KeyPath("raw\xff\xfe"),
+		"key":              "/keys/" + keypath.Encode(script),
+		"key raw":          "/keys/" + keypath.Encode("raw\xff\xfe"),
 		"confirm key":      "/reset/key?key=" + url.QueryEscape(script),
 		"confirm raw":      "/reset/key?key=" + url.QueryEscape("raw\xff\xfe"),
 		"confirm source":   "/reset/source?source=" + url.QueryEscape("<b>bold</b>"),
 		"flash":            "/?done=key&released=1&refused=0&name=" + url.QueryEscape(script),
 		"filter":           "/?q=" + url.QueryEscape(`"><script>`) + "&source=%FF",
-		"not held":         "/keys/" + KeyPath(script+"x"),
+		"not held":         "/keys/" + keypath.Encode(script+"x"),
 		"confirm no key":   "/reset/key",
 		"confirm no sourc": "/reset/source",
 	}
@@ -62,7 +63,7 @@ func TestPagesEscape(t *testing.T) {
 			t.Errorf("dashboard lacks %q", want)
 		}
 	}
-	if w := f.do("GET", "/keys/"+KeyPath(script+"x"), ""); w.Code != 404 || !strings.Contains(w.Body.String(), "not held") {
+	if w := f.do("GET", "/keys/"+keypath.Encode(script+"x"), ""); w.Code != 404 || !strings.Contains(w.Body.String(), "not held") {
 		t.Errorf("key not held: %d", w.Code)
 	}
 }

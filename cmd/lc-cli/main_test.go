@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/web/keypath"
 	"go.uber.org/goleak"
 )
 
@@ -184,7 +185,7 @@ func eventually(t *testing.T, what string, cond func() bool, explain ...func() s
 // key reads one key from the JSON API; nil when it is not held.
 func (s *server) key(t *testing.T, key string) *apiKey {
 	t.Helper()
-	resp, err := http.Get("http://" + s.web + "/api/v1/keys/" + keyPath(key))
+	resp, err := http.Get("http://" + s.web + "/api/v1/keys/" + keypath.Encode(key))
 	if err != nil {
 		t.Fatalf("JSON API: %v", err)
 	}

@@ -70,12 +70,6 @@ func TestPrintable(t *testing.T) {
 	}
 }
 
-func TestKeyPath(t *testing.T) {
-	if got := keyPath("a/../b c.é"); got != "a%2F%2E%2E%2Fb%20c%2E%C3%A9" {
-		t.Errorf("keyPath = %q", got)
-	}
-}
-
 func TestStatusPlace(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	queue := []apiQueue{

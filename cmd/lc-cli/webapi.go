@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/locking-center/locking-center/web/keypath"
 )
 
 // apiKey is one held key as the JSON API shows it (SPEC §4).
@@ -96,7 +98,7 @@ func (w *webAPI) get(ctx context.Context, path string, query url.Values) ([]byte
 
 // key fetches one key with its queue; errNotHeld when nobody holds it.
 func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
-	body, _, err := w.get(ctx, "/api/v1/keys/"+keyPath(key), nil)
+	body, _, err := w.get(ctx, "/api/v1/keys/"+keypath.Encode(key), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -105,25 +107,6 @@ func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
 		return nil, fmt.Errorf("the JSON API sent a key that does not decode: %w", err)
 	}
 	return &k, nil
-}
-
-// keyPath percent-encodes a key as one path segment, every byte but ASCII
-// letters, digits, '-', '_' and '~' (as the web package's KeyPath does), so
-// that path cleaning cannot rewrite keys such as "a/../b".
-func keyPath(key string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '~' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	return b.String()
 }
 
 func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {

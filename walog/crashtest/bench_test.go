@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,15 +90,6 @@ func serverCPU(b *testing.B, srv *server) time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100) // USER_HZ is 100 on Linux
-}
-
-// selfCPU is the CPU time this process (the lockers) has used so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fsyncCount reads the server's count of log fsyncs from /metrics.

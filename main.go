@@ -239,19 +239,24 @@ func (j *walJournal) open(path string, table *locker.Table, m *web.Metrics, logg
 	return nil
 }
 
+// current is the open log, or nil without DATA_PATH or before the replay.
+func (j *walJournal) current() *walog.Log {
+	if j == nil {
+		return nil
+	}
+	return j.log.Load()
+}
+
 func (j *walJournal) healthy() bool {
 	if j == nil {
-		return true
+		return true // in memory: nothing to fail
 	}
-	l := j.log.Load()
+	l := j.current()
 	return l != nil && l.Err() == nil
 }
 
 func (j *walJournal) stats() web.LogStats {
-	if j == nil {
-		return web.LogStats{}
-	}
-	l := j.log.Load()
+	l := j.current()
 	if l == nil {
 		return web.LogStats{}
 	}
@@ -260,10 +265,7 @@ func (j *walJournal) stats() web.LogStats {
 }
 
 func (j *walJournal) close() error {
-	if j == nil {
-		return nil
-	}
-	if l := j.log.Load(); l != nil {
+	if l := j.current(); l != nil {
 		return l.Close()
 	}
 	return nil

@@ -79,31 +79,27 @@ func (c *Client) Source() string { return c.source }
 // ended first; the connection is then closed and the server withdraws the
 // waiter.
 func (c *Client) Lock(ctx context.Context, key string) error {
-	switch a, err := c.do(ctx, wire.Lock, key, c.source); {
-	case err != nil:
+	a, err := c.do(ctx, wire.Lock, key, c.source)
+	if err != nil {
 		return err
-	case a == wire.AnswerOK:
-		return nil
-	case a == wire.AnswerFail:
-		return fmt.Errorf("lock %q: %w", key, ErrReset)
-	default:
-		return fmt.Errorf("lock %q: unexpected answer %q: %w", key, a, ErrUnreachable)
 	}
+	if a == wire.AnswerFail {
+		return fmt.Errorf("lock %q: %w", key, ErrReset)
+	}
+	return c.answer("lock", key, a)
 }
 
 // TryLock takes key only if it is free now. It returns ErrLocked when
 // someone holds it.
 func (c *Client) TryLock(ctx context.Context, key string) error {
-	switch a, err := c.do(ctx, wire.TryLock, key, c.source); {
-	case err != nil:
+	a, err := c.do(ctx, wire.TryLock, key, c.source)
+	if err != nil {
 		return err
-	case a == wire.AnswerOK:
-		return nil
-	case a == wire.AnswerLocked:
-		return fmt.Errorf("trylock %q: %w", key, ErrLocked)
-	default:
-		return c.answer("trylock", key, a)
 	}
+	if a == wire.AnswerLocked {
+		return fmt.Errorf("trylock %q: %w", key, ErrLocked)
+	}
+	return c.answer("trylock", key, a)
 }
 
 // Unlock releases key. It returns ErrRefused when the key was not held.

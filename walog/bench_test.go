@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/bench"
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/walog"
 	"github.com/locking-center/locking-center/wire"
@@ -139,8 +139,8 @@ func benchTCP(b *testing.B, n int) {
 	})
 }
 
-// tcpLockers serves table over TCP and runs n lockers against it, each
-// locking and unlocking keys of its own, and reports acquires per second.
+// tcpLockers serves table over TCP and runs n lockers against it
+// (bench.Lockers).
 func tcpLockers(b *testing.B, n int, table *locker.Table) {
 	srv := &wire.Server{Table: table, Logger: quiet()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -156,55 +156,7 @@ func tcpLockers(b *testing.B, n int, table *locker.Table) {
 		srv.Shutdown(context.Background())
 		<-done
 	}()
-	var next atomic.Int64
-	setLockers(b, n)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		id := next.Add(1)
-		src := fmt.Sprintf("bench-%d", id)
-		for i := 0; pb.Next(); i++ {
-			k := fmt.Sprintf("bench/%d/%d", id, i%16)
-			if err := request(ln.Addr().String(), wire.Lock, k, src); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := request(ln.Addr().String(), wire.Unlock, k, src); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquires/s")
-}
-
-// request sends one frame and expects '+'. It closes with a reset (linger
-// 0) once the answer is read, as the Go client does not: a benchmark making
-// tens of thousands of connections a second would otherwise fill the
-// kernel's TIME_WAIT table (shared with everything else on the machine)
-// and measure the port search in connect(2) instead of the lock server.
-func request(addr string, a wire.Action, key, source string) error {
-	var buf [wire.MaxFrame]byte
-	frame, err := wire.Frame{Action: a, Key: key, Source: source}.Append(buf[:0])
-	if err != nil {
-		return err
-	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.Write(frame); err != nil {
-		return err
-	}
-	var ans [1]byte
-	if _, err := io.ReadFull(c, ans[:]); err != nil {
-		return fmt.Errorf("%v %q: %w", a, key, err)
-	}
-	c.(*net.TCPConn).SetLinger(0)
-	if ans[0] != wire.AnswerOK {
-		return fmt.Errorf("%v %q: answered %q", a, key, ans[0])
-	}
-	return nil
+	bench.Lockers(b, ln.Addr().String(), n)
 }
 
 // BenchmarkReplay opens a log holding 1,000,000 keys and restores them

@@ -105,14 +105,22 @@ func commitTemp(fsys FS, f File, tmp, path, dir string, tail []byte) (renamed bo
 	return true, nil
 }
 
-// writeSync writes data with one write and fsyncs it.
-func writeSync(f File, data []byte, name string) error {
+// writeAll writes data with one write; a short write is an error.
+func writeAll(f File, data []byte, name string) error {
 	n, err := f.Write(data)
 	if err == nil && n < len(data) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeSync writes data with one write and fsyncs it.
+func writeSync(f File, data []byte, name string) error {
+	if err := writeAll(f, data, name); err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", name, err)

@@ -534,15 +534,11 @@ func (l *Log) commit(batch []*request, buf []byte) []byte {
 }
 
 func (l *Log) writeBatch(buf []byte) error {
-	n, err := l.f.Write(buf)
-	if err == nil && n < len(buf) {
-		err = io.ErrShortWrite
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", l.path, err)
+	if err := writeAll(l.f, buf, l.path); err != nil {
+		return err
 	}
 	start := time.Now()
-	err = l.f.Sync()
+	err := l.f.Sync()
 	l.onFsync(time.Since(start))
 	l.fsyncs.Add(1)
 	if err != nil {

@@ -2,7 +2,6 @@ package web
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -108,36 +107,40 @@ func (s *server) apiKey(w http.ResponseWriter, r *http.Request) {
 
 // apiResetKey serves POST /api/v1/reset/key with body {"key": "..."}.
 func (s *server) apiResetKey(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Key *string `json:"key"`
+	if key, ok := s.apiResetTarget(w, r, "key"); ok {
+		res, err := s.resetKey(key, "api", r)
+		s.apiReset(w, r, res, err)
 	}
-	if err := readJSON(r, &body); err != nil {
-		s.apiFail(w, r, http.StatusBadRequest, err)
-		return
-	}
-	if body.Key == nil || *body.Key == "" {
-		s.apiFail(w, r, http.StatusBadRequest, errors.New(`want a JSON body {"key": "..."} with a non-empty key`))
-		return
-	}
-	res, err := s.resetKey(*body.Key, "api", r)
-	s.apiReset(w, r, res, err)
 }
 
 // apiResetSource serves POST /api/v1/reset/source with body {"source": "..."}.
 func (s *server) apiResetSource(w http.ResponseWriter, r *http.Request) {
+	if source, ok := s.apiResetTarget(w, r, "source"); ok {
+		res, err := s.resetSource(source, "api", r)
+		s.apiReset(w, r, res, err)
+	}
+}
+
+// apiResetTarget reads the non-empty "key" or "source" (field) of a reset's
+// JSON body; other fields are ignored. On failure it has answered 400.
+func (s *server) apiResetTarget(w http.ResponseWriter, r *http.Request, field string) (string, bool) {
 	var body struct {
+		Key    *string `json:"key"`
 		Source *string `json:"source"`
 	}
 	if err := readJSON(r, &body); err != nil {
 		s.apiFail(w, r, http.StatusBadRequest, err)
-		return
+		return "", false
 	}
-	if body.Source == nil || *body.Source == "" {
-		s.apiFail(w, r, http.StatusBadRequest, errors.New(`want a JSON body {"source": "..."} with a non-empty source`))
-		return
+	v := body.Key
+	if field == "source" {
+		v = body.Source
 	}
-	res, err := s.resetSource(*body.Source, "api", r)
-	s.apiReset(w, r, res, err)
+	if v == nil || *v == "" {
+		s.apiFail(w, r, http.StatusBadRequest, fmt.Errorf(`want a JSON body {%q: "..."} with a non-empty %s`, field, field))
+		return "", false
+	}
+	return *v, true
 }
 
 func (s *server) apiReset(w http.ResponseWriter, r *http.Request, res locker.ResetResult, err error) {

@@ -88,6 +88,11 @@ func (f Frame) Valid() error {
 	default:
 		return fmt.Errorf("action %d: %w", byte(f.Action), ErrUnknownAction)
 	}
+	return f.checkSizes()
+}
+
+// checkSizes fails when a field is too long for its one-byte size.
+func (f Frame) checkSizes() error {
 	if len(f.Key) > MaxField {
 		return fmt.Errorf("key of %d bytes: %w", len(f.Key), ErrFieldTooLong)
 	}
@@ -100,11 +105,8 @@ func (f Frame) Valid() error {
 // Append appends the encoded frame to b. It does not check the action; it
 // fails only when a field is too long to encode.
 func (f Frame) Append(b []byte) ([]byte, error) {
-	if len(f.Key) > MaxField {
-		return b, fmt.Errorf("key of %d bytes: %w", len(f.Key), ErrFieldTooLong)
-	}
-	if len(f.Source) > MaxField {
-		return b, fmt.Errorf("source of %d bytes: %w", len(f.Source), ErrFieldTooLong)
+	if err := f.checkSizes(); err != nil {
+		return b, err
 	}
 	b = append(b, byte(f.Action), byte(len(f.Key)))
 	b = append(b, f.Key...)

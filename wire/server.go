@@ -66,9 +66,12 @@ type Server struct {
 	stop      context.CancelFunc
 	active    atomic.Int64
 	rejecting atomic.Int64
+	// closing is set by Shutdown under mu, so that track, which reads it
+	// under mu, never adds a connection Shutdown will not close; every
+	// request reads it without the lock before answering.
+	closing atomic.Bool
 
 	mu        sync.Mutex // guards the fields below, which Shutdown walks
-	closing   bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
 	handlers  sync.WaitGroup // one per tracked connection
@@ -104,7 +107,7 @@ func (s *Server) Connections() int { return int(s.active.Load()) }
 func (s *Server) Serve(l net.Listener) error {
 	s.init()
 	s.mu.Lock()
-	if s.closing {
+	if s.closing.Load() {
 		s.mu.Unlock()
 		return ErrServerClosed
 	}
@@ -120,7 +123,7 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			if s.isClosing() {
+			if s.closing.Load() {
 				return ErrServerClosed
 			}
 			if errors.Is(err, net.ErrClosed) {
@@ -150,16 +153,10 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-func (s *Server) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
 func (s *Server) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.closing.Load() {
 		return false
 	}
 	s.conns[c] = struct{}{}
@@ -201,7 +198,7 @@ func (s *Server) reject(c net.Conn) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	s.mu.Lock()
-	s.closing = true
+	s.closing.Store(true)
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -247,7 +244,7 @@ func (s *Server) handle(c net.Conn) {
 			return
 		}
 		if rerr != nil {
-			if n > 0 && !s.isClosing() {
+			if n > 0 && !s.closing.Load() {
 				s.Logger.Warn("request rejected: frame incomplete", "peer", c.RemoteAddr().String(), "bytes", n, "err", rerr)
 				s.Observer.Request(Action(buf[0]), ResultInvalid)
 			}
@@ -301,7 +298,7 @@ func (s *Server) handle(c net.Conn) {
 		}
 		answer = s.outcome(c, f, err)
 	}
-	if s.isClosing() {
+	if s.closing.Load() {
 		return // answer nothing more
 	}
 	s.Observer.Request(f.Action, resultOf(answer))

@@ -4,19 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/bench"
 )
 
 // BenchmarkBinaryTCP runs 64 lockers (lock then unlock, keys of their own)
@@ -38,26 +34,7 @@ func benchBinary(b *testing.B, dataPath string) {
 	before := fsyncCount(b, srv)
 	cpu := serverCPU(b, srv)
 	own := selfCPU()
-	var next atomic.Int64
-	b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		id := next.Add(1)
-		src := fmt.Sprintf("bench-%d", id)
-		for i := 0; pb.Next(); i++ {
-			k := fmt.Sprintf("bench/%d/%d", id, i%16)
-			if err := request(srv.addr, wire.Lock, k, src); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := request(srv.addr, wire.Unlock, k, src); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquires/s")
+	bench.Lockers(b, srv.addr, 64)
 	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/float64(b.N)/1e3, "server-cpu-µs/acquire")
 	b.ReportMetric(float64(selfCPU()-own)/float64(b.N)/1e3, "lockers-cpu-µs/acquire")
 	if dataPath != "" {
@@ -110,33 +87,4 @@ func fsyncCount(b *testing.B, srv *server) float64 {
 		}
 	}
 	return 0
-}
-
-// request sends one frame and expects '+'. It closes with a reset (linger
-// 0) once the answer is read, so that tens of thousands of connections a
-// second do not fill the kernel's TIME_WAIT table and turn the benchmark
-// into one of connect(2)'s port search.
-func request(addr string, a wire.Action, key, source string) error {
-	var buf [wire.MaxFrame]byte
-	frame, err := wire.Frame{Action: a, Key: key, Source: source}.Append(buf[:0])
-	if err != nil {
-		return err
-	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.Write(frame); err != nil {
-		return err
-	}
-	var ans [1]byte
-	if _, err := io.ReadFull(c, ans[:]); err != nil {
-		return fmt.Errorf("%v %q: %w", a, key, err)
-	}
-	c.(*net.TCPConn).SetLinger(0)
-	if ans[0] != wire.AnswerOK {
-		return fmt.Errorf("%v %q: answered %q", a, key, ans[0])
-	}
-	return nil
 }

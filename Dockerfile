@@ -2,8 +2,8 @@
 #
 #   docker build --build-arg VERSION=1.2.3 -t locking-center .
 #
-# The builder is pinned to the Go release named in go.mod so that every build
-# of a given commit compiles with the same toolchain.
+# The builder is pinned to a Go patch release, no older than go.mod's go line,
+# so that every build of a given commit compiles with the same toolchain.
 FROM golang:1.26.8 AS build
 WORKDIR /src
 

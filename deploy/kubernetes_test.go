@@ -314,12 +314,14 @@ func TestKubernetes(t *testing.T) {
 		if i := slices.IndexFunc(m.Services, func(s *corev1.Service) bool { return s.Name == sts.Spec.ServiceName }); i < 0 {
 			t.Errorf("serviceName %q names no Service", sts.Spec.ServiceName)
 		}
+		for _, s := range m.Services {
+			if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+				t.Errorf("Service %s selector %v does not select the pod %v", s.Name, s.Spec.Selector, sts.Spec.Template.Labels)
+			}
+		}
 		for _, want := range []int32{int32(lockPort), int32(webPort)} {
 			found := false
 			for _, s := range m.Services {
-				if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
-					t.Errorf("Service %s selector %v does not select the pod %v", s.Name, s.Spec.Selector, sts.Spec.Template.Labels)
-				}
 				for _, p := range s.Spec.Ports {
 					if p.Port == want && resolvePort(p.TargetPort, ports) == want {
 						found = true

@@ -11,11 +11,19 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/wire"
 )
 
 // forwarded are the signals passed on to a command run under a lock, and
 // the ones that make a waiting lc-cli leave the queue.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// catchSignals starts catching the forwarded signals; stop ends it.
+func catchSignals() (<-chan os.Signal, func()) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	return sigs, func() { signal.Stop(sigs) }
+}
 
 // signalStatus is the exit status of a process ended by sig.
 func signalStatus(sig os.Signal) int {
@@ -41,9 +49,8 @@ func (a *app) cmdLock(ctx context.Context, args []string) (int, error) {
 		return 0, a.usage("lock", "no command after --")
 	}
 
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+	sigs, stop := catchSignals()
+	defer stop()
 
 	c := a.client()
 	sig, err := a.waitTurn(ctx, sigs, key, timeout.d, c.Lock)
@@ -80,9 +87,8 @@ func (a *app) cmdTryLock(ctx context.Context, args []string) (int, error) {
 	}
 	// Signals are caught from here on so that one arriving between the
 	// grant and the start of CMD still leads to a release.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+	sigs, stop := catchSignals()
+	defer stop()
 
 	c := a.client()
 	switch err := c.TryLock(ctx, key); {
@@ -120,9 +126,8 @@ func (a *app) cmdWait(ctx context.Context, args []string) (int, error) {
 	if sep {
 		return 0, a.usage("wait", "wait runs no command (use lock KEY -- CMD)")
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
+	sigs, stop := catchSignals()
+	defer stop()
 
 	c := a.client()
 	sig, err := a.waitTurn(ctx, sigs, key, timeout.d, c.Lock)
@@ -186,27 +191,25 @@ func (a *app) waitTurn(ctx context.Context, sigs <-chan os.Signal, key string, t
 		defer cancelT()
 	}
 
-	// Both goroutines end, before waitTurn returns, when done is closed
-	// and the status context is cancelled.
-	done := make(chan struct{})
-	statusCtx, stopStatus := context.WithCancel(context.Background())
-	defer stopStatus()
+	// Both goroutines end, before waitTurn returns, when lock has returned
+	// and stopped is cancelled.
+	stopped, stop := context.WithCancel(context.Background())
+	defer stop()
 	var wg sync.WaitGroup
 	var sig os.Signal // written by the watcher, read after wg.Wait
 	wg.Go(func() {
 		select {
 		case sig = <-sigs:
 			cancel()
-		case <-done:
+		case <-stopped.Done():
 		}
 	})
 	if a.errTerm {
 		st := &status{a: a, key: key, start: time.Now()}
-		wg.Go(func() { st.loop(statusCtx) })
+		wg.Go(func() { st.loop(stopped) })
 	}
 	err := lock(lockCtx, key)
-	close(done)
-	stopStatus()
+	stop()
 	wg.Wait()
 	return sig, err
 }
@@ -263,8 +266,8 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 		case len(pos) > 2:
 			return 0, a.usage("reset", "unexpected argument %q after SOURCE", pos[2])
 		}
-		if len(source) > 127 {
-			return 0, a.usage("reset", "SOURCE is %d bytes long; at most 127 are allowed", len(source))
+		if len(source) > wire.MaxField {
+			return 0, a.usage("reset", "SOURCE is %d bytes long; at most %d are allowed", len(source), wire.MaxField)
 		}
 		if err := c.ResetBySource(ctx, source); err != nil {
 			what := source

@@ -272,18 +272,12 @@ func (a *app) oneKey(c string, pos []string) (string, error) {
 		return "", a.usage(c, "missing KEY")
 	case len(pos) > 1:
 		return "", a.usage(c, "unexpected argument %q after KEY (a command to run goes after --)", pos[1])
+	case pos[0] == "":
+		return "", a.usage(c, "KEY is empty")
+	case len(pos[0]) > wire.MaxField:
+		return "", a.usage(c, "KEY is %d bytes long; at most %d are allowed", len(pos[0]), wire.MaxField)
 	}
-	return pos[0], checkKey(a, c, pos[0])
-}
-
-func checkKey(a *app, c, key string) error {
-	switch {
-	case key == "":
-		return a.usage(c, "KEY is empty")
-	case len(key) > wire.MaxField:
-		return a.usage(c, "KEY is %d bytes long; at most %d are allowed", len(key), wire.MaxField)
-	}
-	return nil
+	return pos[0], nil
 }
 
 func (a *app) client() *client.Client {
@@ -327,17 +321,13 @@ func (a *app) describe(op, key string, err error) error {
 // rootCause returns the system's reason behind a network error, without
 // the chain of wrappers ("connection refused", "no such host").
 func rootCause(err error) string {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		var dns *net.DNSError
-		if errors.As(op.Err, &dns) {
-			return dns.Error()
-		}
-		return op.Err.Error()
-	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		return dns.Error()
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
 	}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, ": "); i >= 0 {

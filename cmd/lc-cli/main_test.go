@@ -194,7 +194,7 @@ func (s *server) key(t *testing.T, key string) *apiKey {
 	switch resp.StatusCode {
 	case http.StatusNotFound:
 		if !json.Valid(body) {
-			t.Skipf("GET /api/v1/keys/{key} is not served yet (404 without a JSON body): needs the dashboard's JSON API (SPEC §4)")
+			t.Fatalf("GET /api/v1/keys/%s: 404 without a JSON body %q: the JSON API (SPEC §4) is not served", key, body)
 		}
 		return nil
 	case http.StatusOK:
@@ -206,19 +206,6 @@ func (s *server) key(t *testing.T, key string) *apiKey {
 		t.Fatalf("decode %s: %v", body, err)
 	}
 	return &k
-}
-
-// needAPI skips the test when the server does not serve the JSON API yet.
-func (s *server) needAPI(t *testing.T) {
-	t.Helper()
-	resp, err := http.Get("http://" + s.web + "/api/v1/keys")
-	if err != nil {
-		t.Fatalf("web port: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		t.Skip("GET /api/v1/keys is not served yet: this test needs the dashboard's JSON API (SPEC §4)")
-	}
 }
 
 // free reports whether key is free, by taking and giving it back.
@@ -398,7 +385,6 @@ func liveInGroup(t *testing.T, pgid int) []string {
 func TestSignalWhileWaitingLeavesTheQueue(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	s.needAPI(t)
 	for _, c := range []struct {
 		sig  syscall.Signal
 		want int
@@ -438,7 +424,6 @@ func TestSignalWhileWaitingLeavesTheQueue(t *testing.T) {
 func TestTimeoutWithdrawsTheWaiter(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	s.needAPI(t)
 	s.hold(t, "slow")
 	for _, args := range [][]string{
 		{"lock", "slow", "--timeout", "200ms", "--", "true"},
@@ -522,16 +507,11 @@ func TestResets(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if s.apiServed(t) {
-		eventually(t, "the waiter to queue", func() bool { return s.waiters(t, "r/key") == 1 })
-	}
+	eventually(t, "the waiter to queue", func() bool { return s.waiters(t, "r/key") == 1 })
 	if code, _, e := run(t, s.env(), "reset", "key", "r/key"); code != 0 {
 		t.Fatalf("reset key: %d %s", code, e)
 	}
-	// Without the JSON API the waiter may not be queued yet when the reset
-	// comes: then it is granted the free key, which is also an outcome.
-	code := wait(t, cmd)
-	if s.apiServed(t) && (code != exitNotAcquired || !strings.Contains(stderr.String(), "reset")) {
+	if code := wait(t, cmd); code != exitNotAcquired || !strings.Contains(stderr.String(), "reset") {
 		t.Errorf("waiter of a reset key: status %d, stderr %q; want 1", code, stderr)
 	}
 
@@ -552,15 +532,6 @@ func TestResets(t *testing.T) {
 	}
 }
 
-func (s *server) apiServed(t *testing.T) bool {
-	resp, err := http.Get("http://" + s.web + "/api/v1/keys")
-	if err != nil {
-		t.Fatalf("web port: %v", err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
 func TestAddressAndSource(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -569,10 +540,8 @@ func TestAddressAndSource(t *testing.T) {
 	if code, _, e := run(t, s.env("LC_SOURCE=ci-runner"), "lock", "addr"); code != 0 {
 		t.Fatalf("lock with LC_ADDRESS: %d %s", code, e)
 	}
-	if s.apiServed(t) {
-		if k := s.key(t, "addr"); k == nil || k.Source != "ci-runner" {
-			t.Errorf("key taken with LC_SOURCE=ci-runner: %+v", k)
-		}
+	if k := s.key(t, "addr"); k == nil || k.Source != "ci-runner" {
+		t.Errorf("key taken with LC_SOURCE=ci-runner: %+v", k)
 	}
 	// --address wins over LC_ADDRESS, before the command or after KEY.
 	env := []string{"PATH=" + os.Getenv("PATH"), "LC_ADDRESS=" + dead}
@@ -643,7 +612,6 @@ func TestReleaseFailureIsReported(t *testing.T) {
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	s.needAPI(t)
 	code, stdout, _ := run(t, s.env(), "keys")
 	if code != 0 || !strings.Contains(stdout, "no key is held") {
 		t.Errorf("keys on an empty server: %d %q", code, stdout)

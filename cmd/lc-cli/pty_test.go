@@ -88,9 +88,7 @@ func (r *ptyReader) String() string {
 
 func TestStatusLineOnATerminal(t *testing.T) {
 	s := startServer(t)
-	s.needAPI(t)
 	s.hold(t, "tty/demo", "LC_SOURCE=alice")
-	s.hold(t, "tty/demo2", "LC_SOURCE=alice")
 
 	// One waiter ahead, so the line can say "1 ahead of you".
 	first, _, _ := cli(s.env("LC_SOURCE=bob"), "lock", "tty/demo", "--", "true")
@@ -115,7 +113,7 @@ func TestStatusLineOnATerminal(t *testing.T) {
 	if out := r.String(); !strings.HasPrefix(out, "\r\x1b[Klc-cli: waiting") || strings.Contains(out, "\n") {
 		t.Errorf("status line %q: want it drawn in place (\\r, erase line), without new lines", out)
 	}
-	// The first waiter gets it: the line now says carol is next.
+	// The first waiter gets it, runs true and hands it on to carol.
 	if code, _, e := run(t, s.env(), "unlock", "tty/demo"); code != 0 {
 		t.Fatalf("unlock: %d %s", code, e)
 	}
@@ -141,7 +139,6 @@ func TestStatusLineOnATerminal(t *testing.T) {
 func TestNoStatusLineWithoutTerminal(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	s.needAPI(t)
 	s.hold(t, "notty", "LC_SOURCE=alice")
 	cmd, _, stderr := cli(s.env(), "lock", "notty", "--", "true")
 	if err := cmd.Start(); err != nil {

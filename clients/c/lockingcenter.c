@@ -434,16 +434,11 @@ static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, in
     }
 }
 
+/* lc_encode refuses a NULL or bad key, roundtrip a NULL client. */
 static lc_err request(const lc_client *c, int action, const char *key, const char *source,
                       int timeout_ms, const lc_cancel *cancel, uint8_t *answer) {
     uint8_t frame[LC_MAX_FRAME];
     size_t len = 0;
-    if (c == NULL) {
-        return LC_ERR_INVALID;
-    }
-    if (key == NULL && action != LC_ACTION_RESET_BY_SOURCE) {
-        return LC_ERR_INVALID;
-    }
     lc_err e = lc_encode(frame, sizeof frame, &len, action, key, source);
     if (e != LC_OK) {
         return e;
@@ -453,17 +448,20 @@ static lc_err request(const lc_client *c, int action, const char *key, const cha
 
 /* ---- actions ----------------------------------------------------------- */
 
+/* The result of an answer that is '+' or '-' (on_minus); any other byte is a
+ * protocol error. */
+static lc_err plus_or_minus(uint8_t answer, lc_err on_minus) {
+    switch (answer) {
+    case '+': return LC_OK;
+    case '-': return on_minus;
+    default: return LC_ERR_PROTOCOL;
+    }
+}
+
 lc_err lc_lock(const lc_client *c, const char *key, int timeout_ms, lc_cancel *cancel) {
     uint8_t a = 0;
     lc_err e = request(c, LC_ACTION_LOCK, key, c ? c->source : NULL, timeout_ms, cancel, &a);
-    if (e != LC_OK) {
-        return e;
-    }
-    switch (a) {
-    case '+': return LC_OK;
-    case '-': return LC_ERR_RESET;
-    default: return LC_ERR_PROTOCOL;
-    }
+    return e != LC_OK ? e : plus_or_minus(a, LC_ERR_RESET);
 }
 
 lc_err lc_trylock(const lc_client *c, const char *key, bool *won) {
@@ -488,14 +486,7 @@ lc_err lc_trylock(const lc_client *c, const char *key, bool *won) {
 static lc_err simple(const lc_client *c, int action, const char *key, const char *source) {
     uint8_t a = 0;
     lc_err e = request(c, action, key, source, c ? c->io_timeout_ms : 0, NULL, &a);
-    if (e != LC_OK) {
-        return e;
-    }
-    switch (a) {
-    case '+': return LC_OK;
-    case '-': return LC_ERR_REFUSED;
-    default: return LC_ERR_PROTOCOL;
-    }
+    return e != LC_OK ? e : plus_or_minus(a, LC_ERR_REFUSED);
 }
 
 lc_err lc_unlock(const lc_client *c, const char *key) {
@@ -524,6 +515,16 @@ lc_err lc_reset_source(const lc_client *c, const char *source) {
     return simple(c, LC_ACTION_RESET_BY_SOURCE, "", source ? source : c->source);
 }
 
+/* The body of the scoped forms once the key is held: fn, then unlock. */
+static lc_err run_and_unlock(const lc_client *c, const char *key, lc_locked_fn fn, void *arg,
+                             int *fn_result) {
+    int r = fn(arg);
+    if (fn_result != NULL) {
+        *fn_result = r;
+    }
+    return lc_unlock(c, key);
+}
+
 lc_err lc_with_lock(const lc_client *c, const char *key, int timeout_ms, lc_cancel *cancel,
                     lc_locked_fn fn, void *arg, int *fn_result) {
     if (fn == NULL) {
@@ -533,11 +534,7 @@ lc_err lc_with_lock(const lc_client *c, const char *key, int timeout_ms, lc_canc
     if (e != LC_OK) {
         return e;
     }
-    int r = fn(arg);
-    if (fn_result != NULL) {
-        *fn_result = r;
-    }
-    return lc_unlock(c, key);
+    return run_and_unlock(c, key, fn, arg, fn_result);
 }
 
 lc_err lc_with_trylock(const lc_client *c, const char *key, lc_locked_fn fn, void *arg,
@@ -553,9 +550,5 @@ lc_err lc_with_trylock(const lc_client *c, const char *key, lc_locked_fn fn, voi
     if (!won) {
         return LC_ERR_NOT_WON;
     }
-    int r = fn(arg);
-    if (fn_result != NULL) {
-        *fn_result = r;
-    }
-    return lc_unlock(c, key);
+    return run_and_unlock(c, key, fn, arg, fn_result);
 }

@@ -10,8 +10,6 @@ typedef struct {
     int depth;
 } parser;
 
-static void free_inner(json *v);
-
 static void skip_ws(parser *ps) {
     while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r') {
         ps->p++;

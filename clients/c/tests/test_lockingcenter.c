@@ -409,6 +409,7 @@ static int test_address(void) {
     CHECK_ERR(lc_client_init(&c, "db.example:1234", "me"), LC_OK);
     CHECK(strcmp(c.host, "db.example") == 0 && strcmp(c.port, "1234") == 0);
     CHECK(strcmp(c.source, "me") == 0);
+    CHECK(c.connect_timeout_ms == 5000 && c.io_timeout_ms == 10000);
     CHECK_ERR(lc_client_init(&c, "host-only", NULL), LC_OK);
     CHECK(strcmp(c.port, "22119") == 0 && c.source[0] == '\0');
     CHECK_ERR(lc_client_init(&c, NULL, NULL), LC_OK);
@@ -509,6 +510,12 @@ static int test_fake_timeout_closes(void) {
     fake_stop(&f);
     CHECK(f.saw_eof); /* the socket was closed: the server would withdraw us */
     CHECK(f.got_len == 4);
+    /* Calls that never queue are bounded by io_timeout_ms. */
+    fake_start(&f, FAKE_HOLD, &c, NULL);
+    c.io_timeout_ms = 150;
+    CHECK_ERR(lc_unlock(&c, "k"), LC_ERR_TIMEOUT);
+    fake_stop(&f);
+    CHECK(f.saw_eof);
     return failures ? 1 : 0;
 }
 

@@ -292,13 +292,13 @@ public:
         switch (request(action::try_lock, key, source_, io_timeout(), nullptr)) {
         case '+': return true;
         case '#': return false;
-        case '-': throw refused_error("lockingcenter: try_lock \"" + std::string(key) + "\": refused");
+        case '-': throw refused_error(context(action::try_lock, key) + ": refused");
         default: throw protocol_error("lockingcenter: try_lock: unexpected answer");
         }
     }
 
     /// Releases the key. Throws refused_error when it was not held.
-    void unlock(std::string_view key) const { simple(action::unlock, key, source_, "unlock"); }
+    void unlock(std::string_view key) const { simple(action::unlock, key, source_); }
 
     /// Lock then unlock at once: returns when it was this caller's turn.
     void wait(std::string_view key) const { wait_impl(key, std::nullopt, nullptr); }
@@ -309,12 +309,12 @@ public:
     }
 
     /// Drops the holder of key and fails every waiter of it.
-    void reset_key(std::string_view key) const { simple(action::reset_by_key, key, {}, "reset_key"); }
+    void reset_key(std::string_view key) const { simple(action::reset_by_key, key, {}); }
 
     /// Fails every waiter of this client's source, releases every key it holds.
-    void reset_source() const { simple(action::reset_by_source, {}, source_, "reset_source"); }
+    void reset_source() const { simple(action::reset_by_source, {}, source_); }
     /// The same for another source.
-    void reset_source(std::string_view source) const { simple(action::reset_by_source, {}, source, "reset_source"); }
+    void reset_source(std::string_view source) const { simple(action::reset_by_source, {}, source); }
 
 private:
     using opt_ms = std::optional<std::chrono::milliseconds>;
@@ -363,7 +363,7 @@ private:
     void lock_impl(std::string_view key, opt_ms timeout, const cancel_token* cancel) const {
         switch (request(action::lock, key, source_, timeout, cancel)) {
         case '+': return;
-        case '-': throw reset_error("lockingcenter: lock \"" + std::string(key) + "\": reset while waiting");
+        case '-': throw reset_error(context(action::lock, key) + ": reset while waiting");
         default: throw protocol_error("lockingcenter: lock: unexpected answer");
         }
     }
@@ -377,15 +377,11 @@ private:
         }
     }
 
-    void simple(action a, std::string_view key, std::string_view source, const char* what) const {
+    void simple(action a, std::string_view key, std::string_view source) const {
         switch (request(a, key, source, io_timeout(), nullptr)) {
         case '+': return;
-        case '-': {
-            std::string msg = std::string("lockingcenter: ") + what;
-            if (a != action::reset_by_source) msg += " \"" + std::string(key) + "\"";
-            throw refused_error(msg + ": refused");
-        }
-        default: throw protocol_error(std::string("lockingcenter: ") + what + ": unexpected answer");
+        case '-': throw refused_error(context(a, key) + ": refused");
+        default: throw protocol_error(std::string("lockingcenter: ") + action_name(a) + ": unexpected answer");
         }
     }
 
@@ -420,6 +416,13 @@ private:
     [[noreturn]] static void gave_up(int why, const std::string& ctx) {
         if (why == 2) throw canceled_error(ctx + ": canceled");
         throw timeout_error(ctx + ": timed out");
+    }
+
+    // "lockingcenter: ACTION \"KEY\"" (no key for reset_source): how errors name the request.
+    static std::string context(action a, std::string_view key) {
+        std::string ctx = std::string("lockingcenter: ") + action_name(a);
+        if (!key.empty()) ctx += " \"" + std::string(key) + "\"";
+        return ctx;
     }
 
     static const char* action_name(action a) {
@@ -484,8 +487,7 @@ private:
     char request(action a, std::string_view key, std::string_view source, opt_ms timeout,
                  const cancel_token* cancel) const {
         auto frame = encode(a, key, source);  // validates before connecting
-        std::string ctx = std::string("lockingcenter: ") + action_name(a);
-        if (!key.empty()) ctx += " \"" + std::string(key) + "\"";
+        std::string ctx = context(a, key);
         if (cancel != nullptr && cancel->cancelled()) gave_up(2, ctx);
         std::optional<clock::time_point> deadline;
         if (timeout && timeout->count() > 0) deadline = clock::now() + *timeout;

@@ -240,19 +240,21 @@ impl Client {
             return Err(Error::Cancelled);
         }
         let deadline = wait.and_then(|w| w.timeout).map(|t| Instant::now() + t);
+        // A broken connection is the cancellation when the token shut it down.
+        let broken = |e: io::Error| {
+            if token.is_some_and(CancelToken::is_cancelled) {
+                Error::Cancelled
+            } else {
+                Error::Unreachable(e)
+            }
+        };
 
         let mut stream = self.connect()?;
         let _registration = match token {
             Some(t) => Some(t.register(&stream)?),
             None => None,
         };
-        if let Err(e) = stream.write_all(&frame) {
-            return Err(if token.is_some_and(CancelToken::is_cancelled) {
-                Error::Cancelled
-            } else {
-                Error::Unreachable(e)
-            });
-        }
+        stream.write_all(&frame).map_err(broken)?;
 
         let mut answer = [0u8; 1];
         loop {
@@ -284,14 +286,10 @@ impl Client {
             match stream.read(&mut answer) {
                 Ok(1) => return wire::interpret(action, answer[0]),
                 Ok(_) => {
-                    return Err(if token.is_some_and(CancelToken::is_cancelled) {
-                        Error::Cancelled
-                    } else {
-                        Error::Unreachable(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "connection closed without an answer",
-                        ))
-                    });
+                    return Err(broken(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "connection closed without an answer",
+                    )));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
@@ -309,13 +307,7 @@ impl Client {
                     // Deadline or cancellation poll: the loop decides.
                     continue;
                 }
-                Err(e) => {
-                    return Err(if token.is_some_and(CancelToken::is_cancelled) {
-                        Error::Cancelled
-                    } else {
-                        Error::Unreachable(e)
-                    });
-                }
+                Err(e) => return Err(broken(e)),
             }
         }
     }

@@ -179,7 +179,7 @@ fn cancel_from_another_thread_hangs_up() {
 fn grant_crossing_the_timeout_is_kept() {
     // The stand-in answers '+' only after the client's hang-up: the grant
     // crossed the timeout on the wire and must not be lost.
-    let (addr, _rx) = serve_one(|s| {
+    let (addr, rx) = serve_one(|s| {
         let eof = sees_eof(s);
         let _ = s.write_all(b"+");
         eof
@@ -187,22 +187,35 @@ fn grant_crossing_the_timeout_is_kept() {
     Client::new(addr)
         .lock_timeout("k", Duration::from_millis(100))
         .unwrap();
+    assert!(
+        rx.recv().unwrap().hung_up,
+        "the grant did not cross a hang-up"
+    );
 }
 
-#[test]
-fn guard_drop_unlocks_and_explicit_unlock_reports() {
+/// Accepts `count` connections, answering each frame with `reply(action)`;
+/// the receiver yields the action byte of every frame.
+fn serve_actions(
+    count: usize,
+    reply: impl Fn(u8) -> u8 + Send + 'static,
+) -> (String, mpsc::Receiver<u8>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
-        for _ in 0..4 {
+        for _ in 0..count {
             let (mut s, _) = listener.accept().unwrap();
             let frame = read_frame(&mut s);
-            let unlock = frame[0] == 2;
-            s.write_all(if unlock { b"-" } else { b"+" }).unwrap();
+            s.write_all(&[reply(frame[0])]).unwrap();
             tx.send(frame[0]).unwrap();
         }
     });
+    (addr, rx)
+}
+
+#[test]
+fn guard_drop_unlocks_and_explicit_unlock_reports() {
+    let (addr, rx) = serve_actions(4, |action| if action == 2 { b'-' } else { b'+' });
     let c = Client::new(addr);
     {
         let _g = c.lock_guard("k").unwrap();
@@ -212,4 +225,14 @@ fn guard_drop_unlocks_and_explicit_unlock_reports() {
     assert!(matches!(g.unlock(), Err(Error::Refused)));
     let got: Vec<u8> = rx.iter().take(4).collect();
     assert_eq!(got, vec![1, 2, 1, 2]);
+}
+
+#[test]
+fn with_lock_unlocks_when_the_closure_panics() {
+    let (addr, rx) = serve_actions(2, |_| b'+');
+    let c = Client::new(addr);
+    let result = std::panic::catch_unwind(|| c.with_lock("k", || panic!("inside with_lock")));
+    assert!(result.is_err());
+    let got: Vec<u8> = rx.iter().take(2).collect();
+    assert_eq!(got, vec![1, 2], "lock, then the unlock");
 }

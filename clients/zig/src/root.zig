@@ -241,9 +241,7 @@ pub const Client = struct {
 
         posix.connect(sock, &self.address.any, self.address.getOsSockLen()) catch |err| switch (err) {
             error.WouldBlock => {
-                var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
-                const ready = posix.poll(&fds, msCeil(self.options.connect_timeout_ns)) catch return error.Unreachable;
-                if (ready == 0) return error.Unreachable; // connect timeout
+                try waitWritable(sock, self.options.connect_timeout_ns); // connect timeout
                 posix.getsockoptError(sock) catch return error.Unreachable;
             },
             else => return error.Unreachable,
@@ -267,15 +265,20 @@ fn sendAll(sock: posix.socket_t, frame: []const u8, timeout_ns: u64) Error!void 
     while (rest.len > 0) {
         const n = posix.send(sock, rest, send_flags) catch |err| switch (err) {
             error.WouldBlock => {
-                var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
-                const ready = posix.poll(&fds, msCeil(timeout_ns)) catch return error.Unreachable;
-                if (ready == 0) return error.Unreachable;
+                try waitWritable(sock, timeout_ns);
                 continue;
             },
             else => return error.Unreachable,
         };
         rest = rest[n..];
     }
+}
+
+/// Polls until `sock` is writable; error.Unreachable when `timeout_ns` passes first.
+fn waitWritable(sock: posix.socket_t, timeout_ns: u64) Error!void {
+    var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
+    const ready = posix.poll(&fds, msCeil(timeout_ns)) catch return error.Unreachable;
+    if (ready == 0) return error.Unreachable;
 }
 
 /// Hangs up a waiting request: closes the write side so the server sees EOF

@@ -85,7 +85,9 @@ fn queuedLocker(c: lc.Client, key: []const u8, name: []const u8, order: *Order) 
     order.mutex.unlock();
     common.sleepMs(20);
     c.unlock(key) catch {
+        order.mutex.lock();
         order.failed = true;
+        order.mutex.unlock();
     };
 }
 

@@ -201,7 +201,9 @@ test "stand-in: cancel from another thread hangs up" {
 test "stand-in: a grant crossing the timeout is kept" {
     var s = try listen(.answer_after_hang_up, '+', 1);
     try s.start();
-    defer s.finish();
     const c = lc.Client.init(s.address(), .{});
-    try c.lockWith("k", .{ .timeout_ns = 100 * std.time.ns_per_ms });
+    const result = c.lockWith("k", .{ .timeout_ns = 100 * std.time.ns_per_ms });
+    s.finish();
+    try result;
+    try testing.expect(s.hung_up); // the '+' came after the hang-up
 }

@@ -88,7 +88,9 @@ function toBytes(value, what) {
   throw new TypeError(`${what} must be a string or a Uint8Array`);
 }
 
-function checkLength(bytes, what) {
+/** The bytes of a key or source, refusing more than MAX_FIELD_BYTES. */
+function encodeField(value, what) {
+  const bytes = toBytes(value, what);
   if (bytes.length > MAX_FIELD_BYTES) {
     throw new InvalidRequestError(
       `${what} is ${bytes.length} bytes long; at most ${MAX_FIELD_BYTES} are allowed`,
@@ -105,11 +107,11 @@ export function encodeFrame(action, key, source) {
   if (!Object.values(Action).includes(action)) {
     throw new InvalidRequestError(`unknown action ${String(action)}`);
   }
-  const k = checkLength(toBytes(key, 'key'), 'key');
+  const k = encodeField(key, 'key');
   if (k.length === 0 && action !== Action.RESET_BY_SOURCE) {
     throw new InvalidRequestError('key is empty');
   }
-  const s = checkLength(toBytes(source, 'source'), 'source');
+  const s = encodeField(source, 'source');
   const frame = Buffer.allocUnsafe(3 + k.length + s.length);
   frame[0] = action;
   frame[1] = k.length;
@@ -135,15 +137,17 @@ export function parseAddress(address) {
       throw new InvalidRequestError(`address ${address}: expected ':' after ']'`);
     }
     portText = rest.slice(1);
-  } else if (address.split(':').length === 2) {
-    [host, portText] = address.split(':');
+  } else {
+    const parts = address.split(':');
+    if (parts.length === 2) [host, portText] = parts;
   }
-  if (portText === '') return { host: host || 'localhost', port: DEFAULT_PORT };
+  host ||= 'localhost';
+  if (portText === '') return { host, port: DEFAULT_PORT };
   const port = Number(portText);
   if (!/^\d+$/.test(portText) || port < 1 || port > 65535) {
     throw new InvalidRequestError(`address ${address}: bad port`);
   }
-  return { host: host || 'localhost', port };
+  return { host, port };
 }
 
 function describe(key) {
@@ -206,7 +210,7 @@ export class Client {
     const address = opts.address ?? process.env.LC_ADDRESS ?? `localhost:${DEFAULT_PORT}`;
     ({ host: this.#host, port: this.#port } = parseAddress(address));
     this.#source = opts.source ?? '';
-    checkLength(toBytes(this.#source, 'source'), 'source');
+    encodeField(this.#source, 'source'); // refuse a bad source now, not at first use
     /** Milliseconds allowed to open a connection. */
     this.connectTimeout = opts.connectTimeout ?? 5000;
     /** Milliseconds allowed for a non-waiting request's answer (null: forever). */
@@ -302,12 +306,12 @@ export class Client {
       }
       let settled = false;
       let connected = false;
-      const timers = [];
       const socket = net.createConnection({ host: this.#host, port: this.#port, noDelay: true });
 
       const settle = () => {
         settled = true;
-        for (const t of timers) clearTimeout(t);
+        clearTimeout(connectTimer);
+        clearTimeout(answerTimer);
         signal?.removeEventListener('abort', onAbort);
         // Closing is what withdraws a waiter on the server.
         socket.destroy();
@@ -317,32 +321,29 @@ export class Client {
         settle();
         reject(err);
       };
+      const connectTimer = setTimeout(
+        () => fail(new UnreachableError(`connecting to ${address} timed out after ${this.connectTimeout} ms`)),
+        this.connectTimeout,
+      );
+      const answerTimer =
+        limit == null
+          ? undefined
+          : setTimeout(
+              () =>
+                fail(
+                  waiting
+                    ? new LockTimeoutError(`not granted within ${limit} ms`)
+                    : new UnreachableError(`no answer from ${address} within ${limit} ms`),
+                ),
+              limit,
+            );
+
       const onAbort = () => fail(signal.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
 
-      timers.push(
-        setTimeout(
-          () => fail(new UnreachableError(`connecting to ${address} timed out after ${this.connectTimeout} ms`)),
-          this.connectTimeout,
-        ),
-      );
-      if (limit != null) {
-        timers.push(
-          setTimeout(
-            () =>
-              fail(
-                waiting
-                  ? new LockTimeoutError(`not granted within ${limit} ms`)
-                  : new UnreachableError(`no answer from ${address} within ${limit} ms`),
-              ),
-            limit,
-          ),
-        );
-      }
-
       socket.once('connect', () => {
         connected = true;
-        clearTimeout(timers[0]);
+        clearTimeout(connectTimer);
         socket.write(frame);
       });
       socket.on('data', (chunk) => {
@@ -360,8 +361,8 @@ export class Client {
           ),
         );
       });
-      socket.once('end', () => fail(new UnreachableError(`${address} closed the connection without an answer`)));
-      socket.once('close', () => fail(new UnreachableError(`connection to ${address} closed without an answer`)));
+      // 'close' follows 'end' too (no half-open sockets): one handler covers both.
+      socket.once('close', () => fail(new UnreachableError(`${address} closed the connection without an answer`)));
     });
   }
 }

@@ -6,6 +6,8 @@ import net from 'node:net';
 import {
   Client,
   InvalidRequestError,
+  LockingCenterError,
+  LockTimeoutError,
   NotWonError,
   ProtocolError,
   RefusedError,
@@ -162,6 +164,42 @@ test('invalid input is refused before connecting', async () => {
   await assert.rejects(client.withLock('', async () => {}), InvalidRequestError);
   assert.throws(() => new Client({ address, source: 's'.repeat(128) }), InvalidRequestError);
   assert.throws(() => new Client({ address: '127.0.0.1:notaport' }), InvalidRequestError);
+});
+
+test('addresses: [v6]:port, bare host, $LC_ADDRESS, then localhost', () => {
+  assert.equal(new Client('[::1]:7').address, '[::1]:7');
+  assert.equal(new Client('lc.example').address, 'lc.example:22119');
+  const saved = process.env.LC_ADDRESS;
+  try {
+    process.env.LC_ADDRESS = 'lc.example:9';
+    assert.equal(new Client().address, 'lc.example:9');
+    delete process.env.LC_ADDRESS;
+    assert.equal(new Client().address, 'localhost:22119');
+  } finally {
+    if (saved === undefined) delete process.env.LC_ADDRESS;
+    else process.env.LC_ADDRESS = saved;
+  }
+  for (const bad of ['h:0', '[::1', '[::1]7', '']) {
+    assert.throws(() => new Client({ address: bad }), InvalidRequestError, bad);
+  }
+});
+
+test('every error extends LockingCenterError and carries its code', () => {
+  const codes = new Map([
+    [NotWonError, 'LC_NOT_WON'],
+    [ResetWhileWaitingError, 'LC_RESET'],
+    [RefusedError, 'LC_REFUSED'],
+    [InvalidRequestError, 'LC_INVALID'],
+    [UnreachableError, 'LC_UNREACHABLE'],
+    [LockTimeoutError, 'LC_TIMEOUT'],
+    [ProtocolError, 'LC_PROTOCOL'],
+  ]);
+  for (const [ErrorClass, code] of codes) {
+    const err = new ErrorClass('x');
+    assert.ok(err instanceof LockingCenterError, ErrorClass.name);
+    assert.equal(err.code, code);
+    assert.equal(err.name, ErrorClass.name);
+  }
 });
 
 test('an already aborted signal rejects without connecting', async () => {

@@ -20,20 +20,21 @@ def load_vectors():
         return json.load(f)
 
 
+def env_or_skip(name):
+    value = os.environ.get(name)
+    if not value:
+        pytest.skip("%s is not set (clients/run-tests sets it)" % name)
+    return value
+
+
 @pytest.fixture(scope="session")
 def server_address():
-    addr = os.environ.get("LC_TEST_ADDRESS")
-    if not addr:
-        pytest.skip("LC_TEST_ADDRESS is not set (clients/run-tests sets it)")
-    return addr
+    return env_or_skip("LC_TEST_ADDRESS")
 
 
 @pytest.fixture(scope="session")
 def web_address():
-    addr = os.environ.get("LC_TEST_WEB_ADDRESS")
-    if not addr:
-        pytest.skip("LC_TEST_WEB_ADDRESS is not set (clients/run-tests sets it)")
-    return addr
+    return env_or_skip("LC_TEST_WEB_ADDRESS")
 
 
 @pytest.fixture

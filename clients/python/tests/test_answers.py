@@ -10,6 +10,7 @@ from locking_center import (
     AsyncClient,
     Client,
     InvalidRequestError,
+    LockTimeoutError,
     NotWonError,
     ProtocolError,
     RefusedError,
@@ -99,44 +100,25 @@ CASES = [
 ]
 
 
-def call_sync(client, name):
-    fn = getattr(client, name)
-    if name == "reset_by_source":
-        return fn("svc-a")
-    result = fn("abc")
+def call(client, name):
+    """Make the call; an AsyncClient's coroutine is run to its end."""
+    result = getattr(client, name)("svc-a" if name == "reset_by_source" else "abc")
+    if isinstance(client, AsyncClient):
+        result = asyncio.run(result)
     return "held" if name in ("lock", "lock_nowait") else result
 
 
-async def call_async(client, name):
-    fn = getattr(client, name)
-    if name == "reset_by_source":
-        return await fn("svc-a")
-    result = await fn("abc")
-    return "held" if name in ("lock", "lock_nowait") else result
-
-
+@pytest.mark.parametrize("make", [Client, AsyncClient], ids=["sync", "async"])
 @pytest.mark.parametrize("name,char,expected", CASES, ids=lambda v: str(v))
-def test_sync_answer_mapping(fake, name, char, expected):
+def test_answer_mapping(fake, make, name, char, expected):
     fake.script.append(ANSWERS[char])
-    client = Client(fake.address, source="svc-a")
+    client = make(fake.address, source="svc-a")
     if isinstance(expected, type):
         with pytest.raises(expected):
-            call_sync(client, name)
+            call(client, name)
     else:
-        assert call_sync(client, name) == expected
+        assert call(client, name) == expected
     assert fake.half_closed == [False], "client must not half-close before reading the answer"
-
-
-@pytest.mark.parametrize("name,char,expected", CASES, ids=lambda v: str(v))
-def test_async_answer_mapping(fake, name, char, expected):
-    fake.script.append(ANSWERS[char])
-    client = AsyncClient(fake.address, source="svc-a")
-    if isinstance(expected, type):
-        with pytest.raises(expected):
-            asyncio.run(call_async(client, name))
-    else:
-        assert asyncio.run(call_async(client, name)) == expected
-    assert fake.half_closed == [False]
 
 
 def test_frames_on_the_wire(fake):
@@ -152,6 +134,35 @@ def test_frames_on_the_wire(fake):
         "0400057376632d61",
         "0303616263057376632d61",
     ]
+
+
+def test_block_error_wins_over_unlock_error(fake):
+    fake.script += [ANSWERS["+"], ANSWERS["-"]] * 2  # granted, then the unlock is refused
+
+    async def async_block():
+        async with AsyncClient(fake.address).lock("abc"):
+            1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        with Client(fake.address).lock("abc"):
+            1 / 0
+    with pytest.raises(ZeroDivisionError):
+        asyncio.run(async_block())
+    assert [f[0] for f in fake.frames] == [1, 2, 1, 2]  # each block still sent its unlock
+
+
+def test_addresses(monkeypatch):
+    assert Client("[::1]:7").address == "[::1]:7"
+    assert Client("::1").address == "[::1]:22119"
+    assert Client("lc.example").address == "lc.example:22119"
+    assert AsyncClient(("10.0.0.1", 7)).address == "10.0.0.1:7"
+    monkeypatch.setenv("LC_ADDRESS", "lc.example:9")
+    assert Client().address == AsyncClient().address == "lc.example:9"
+    monkeypatch.delenv("LC_ADDRESS")
+    assert Client().address == "localhost:22119"
+    for bad in ("h:notaport", "h:0", "[::1", "[::1]7", ""):
+        with pytest.raises(InvalidRequestError):
+            Client(bad)
 
 
 def test_closed_without_answer_is_unreachable(fake):
@@ -201,8 +212,6 @@ def test_async_lock_is_a_coroutine(fake):
 
 
 def test_zero_timeout_gives_up_at_once(fake):
-    from locking_center import LockTimeoutError
-
     with pytest.raises(LockTimeoutError):
         Client(fake.address).lock("abc", timeout=0)
     with pytest.raises(LockTimeoutError):

@@ -22,6 +22,12 @@ from locking_center import (
 )
 
 
+def assert_free(client, key):
+    """The key is free: a try-lock wins it; it is released again."""
+    assert client.try_lock(key) is True
+    client.unlock(key)
+
+
 @pytest.fixture
 def client(server_address):
     return Client(server_address, source="py-conformance")
@@ -48,16 +54,14 @@ def test_lock_unlock(client, key):
 def test_scoped_lock_releases(client, key):
     with client.lock(key, timeout=5):
         assert client.try_lock(key) is False
-    assert client.try_lock(key) is True
-    client.unlock(key)
+    assert_free(client, key)
 
 
 def test_scoped_lock_releases_on_error(client, key):
     with pytest.raises(ZeroDivisionError):
         with client.lock(key):
             1 / 0
-    assert client.try_lock(key) is True
-    client.unlock(key)
+    assert_free(client, key)
 
 
 def test_try_lock_on_held_key(client, server_address, key):
@@ -69,8 +73,7 @@ def test_try_lock_on_held_key(client, server_address, key):
     client.unlock(key)
     with other.lock_nowait(key):
         assert client.try_lock(key) is False
-    assert client.try_lock(key) is True
-    client.unlock(key)
+    assert_free(client, key)
 
 
 def test_fifo_order(client, server_address, web_address, key, pool):
@@ -104,8 +107,7 @@ def test_timeout_withdraws_waiter(client, server_address, web_address, key):
     wait_for_queue(web_address, key, 0)
     client.unlock(key)
     # The withdrawn waiter was not handed the key: it is free.
-    assert client.try_lock(key) is True
-    client.unlock(key)
+    assert_free(client, key)
 
 
 def test_cancel_event_withdraws_waiter(client, server_address, web_address, key, pool):
@@ -119,8 +121,7 @@ def test_cancel_event_withdraws_waiter(client, server_address, web_address, key,
         fut.result(5)
     wait_for_queue(web_address, key, 0)
     client.unlock(key)
-    assert client.try_lock(key) is True
-    client.unlock(key)
+    assert_free(client, key)
 
 
 def test_reset_by_key_while_waiting(client, server_address, web_address, key, pool):
@@ -131,8 +132,7 @@ def test_reset_by_key_while_waiting(client, server_address, web_address, key, po
     client.reset_by_key(key)
     with pytest.raises(ResetWhileWaitingError):
         fut.result(5)
-    assert client.try_lock(key) is True  # the holder was dropped too
-    client.unlock(key)
+    assert_free(client, key)  # the holder was dropped too
 
 
 def test_reset_by_source_while_waiting(client, server_address, web_address, key, pool):
@@ -155,8 +155,7 @@ def test_reset_by_source_releases_held_keys(server_address, key):
     owner.reset_by_source()  # its own source
     other = Client(server_address, source="py-other")
     for k in (key + "-1", key + "-2"):
-        assert other.try_lock(k) is True
-        other.unlock(k)
+        assert_free(other, k)
 
 
 def test_wait_returns_when_released(client, server_address, web_address, key, pool):
@@ -167,8 +166,7 @@ def test_wait_returns_when_released(client, server_address, web_address, key, po
     assert not fut.done()
     client.unlock(key)
     fut.result(5)
-    assert client.try_lock(key) is True  # wait() released it again
-    client.unlock(key)
+    assert_free(client, key)  # wait() released it again
 
 
 def test_utf8_key_and_empty_source(server_address, web_address, key):

@@ -46,26 +46,26 @@ def _to_bytes(value: Text, what: str) -> bytes:
     raise TypeError("%s must be str or bytes, not %s" % (what, type(value).__name__))
 
 
-def encode_key(key: Text) -> bytes:
-    """Return the key's bytes, refusing an empty or over-long key."""
-    raw = _to_bytes(key, "key")
-    if not raw:
-        raise InvalidRequestError("key is empty")
+def _encode_field(value: Text, what: str) -> bytes:
+    raw = _to_bytes(value, what)
     if len(raw) > MAX_FIELD_BYTES:
         raise InvalidRequestError(
-            "key is %d bytes long; at most %d are allowed" % (len(raw), MAX_FIELD_BYTES)
+            "%s is %d bytes long; at most %d are allowed" % (what, len(raw), MAX_FIELD_BYTES)
         )
+    return raw
+
+
+def encode_key(key: Text) -> bytes:
+    """Return the key's bytes, refusing an empty or over-long key."""
+    raw = _encode_field(key, "key")
+    if not raw:
+        raise InvalidRequestError("key is empty")
     return raw
 
 
 def encode_source(source: Text) -> bytes:
     """Return the source's bytes, refusing an over-long source."""
-    raw = _to_bytes(source, "source")
-    if len(raw) > MAX_FIELD_BYTES:
-        raise InvalidRequestError(
-            "source is %d bytes long; at most %d are allowed" % (len(raw), MAX_FIELD_BYTES)
-        )
-    return raw
+    return _encode_field(source, "source")
 
 
 def encode_frame(action: int, key: Text, source: Text) -> bytes:
@@ -78,14 +78,9 @@ def encode_frame(action: int, key: Text, source: Text) -> bytes:
         act = Action(action)
     except ValueError:
         raise InvalidRequestError("unknown action %r" % (action,)) from None
-    if act is Action.RESET_BY_SOURCE:
-        k = _to_bytes(key, "key")
-        if len(k) > MAX_FIELD_BYTES:
-            raise InvalidRequestError("key is %d bytes long; at most %d are allowed" % (len(k), MAX_FIELD_BYTES))
-    else:
-        k = encode_key(key)
+    k = _encode_field(key, "key") if act is Action.RESET_BY_SOURCE else encode_key(key)
     s = encode_source(source)
-    return bytes((act,)) + bytes((len(k),)) + k + bytes((len(s),)) + s
+    return bytes((act, len(k))) + k + bytes((len(s),)) + s
 
 
 def check_answer(answer: int, allowed: Tuple[int, ...]) -> int:
@@ -113,9 +108,7 @@ def parse_address(address: Address) -> Tuple[str, int]:
         port_text = rest[1:]
     elif address.count(":") == 1:
         host, port_text = address.split(":")
-    elif ":" in address:  # bare IPv6 literal
-        return address, DEFAULT_PORT
-    else:
+    else:  # a bare host name or IPv6 literal
         return address, DEFAULT_PORT
     try:
         port = int(port_text)

@@ -12,8 +12,8 @@ from types import TracebackType
 from typing import Any, Coroutine, Generator, Optional, Type
 
 from . import _protocol as proto
-from ._protocol import Action, Address, Text
-from .client import _default_address
+from ._protocol import Action, Text
+from .client import _ClientBase
 from .errors import (
     LockTimeoutError,
     NotWonError,
@@ -107,34 +107,8 @@ class _Acquire(Coroutine[Any, Any, AsyncHeldLock]):
         await self._held.__aexit__(exc_type, exc, tb)
 
 
-class AsyncClient:
+class AsyncClient(_ClientBase):
     """asyncio Locking-Center client; same parameters as :class:`Client`."""
-
-    def __init__(
-        self,
-        address: Optional[Address] = None,
-        source: Text = "",
-        *,
-        connect_timeout: float = 5.0,
-        io_timeout: Optional[float] = 30.0,
-    ) -> None:
-        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
-        self._source = source
-        proto.encode_source(source)
-        self.connect_timeout = connect_timeout
-        self.io_timeout = io_timeout
-
-    @property
-    def address(self) -> str:
-        host = "[%s]" % self._host if ":" in self._host else self._host
-        return "%s:%d" % (host, self._port)
-
-    @property
-    def source(self) -> Text:
-        return self._source
-
-    def __repr__(self) -> str:
-        return "AsyncClient(address=%r, source=%r)" % (self.address, self._source)
 
     def lock(self, key: Text, *, timeout: Optional[float] = None) -> _Acquire:
         """Wait for the key in FIFO order and hold it.
@@ -167,7 +141,7 @@ class AsyncClient:
 
     def lock_nowait(self, key: Text) -> _Acquire:
         """Scoped try-lock; raises :class:`NotWonError` when the key is held."""
-        proto.encode_frame(Action.TRY_LOCK, key, self._source)
+        proto.encode_key(key)  # refuse a bad key now, before anything is awaited
 
         async def acquire() -> AsyncHeldLock:
             if not await self.try_lock(key):

@@ -30,6 +30,37 @@ def _default_address() -> str:
     return os.environ.get("LC_ADDRESS") or "localhost:%d" % proto.DEFAULT_PORT
 
 
+class _ClientBase:
+    """What :class:`Client` and :class:`~locking_center.AsyncClient` share:
+    the server's address, the source and the timeouts."""
+
+    def __init__(
+        self,
+        address: Optional[Address] = None,
+        source: Text = "",
+        *,
+        connect_timeout: float = 5.0,
+        io_timeout: Optional[float] = 30.0,
+    ) -> None:
+        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
+        self._source = source
+        proto.encode_source(source)  # refuse a bad source now, not at first use
+        self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
+
+    @property
+    def address(self) -> str:
+        host = "[%s]" % self._host if ":" in self._host else self._host
+        return "%s:%d" % (host, self._port)
+
+    @property
+    def source(self) -> Text:
+        return self._source
+
+    def __repr__(self) -> str:
+        return "%s(address=%r, source=%r)" % (type(self).__name__, self.address, self._source)
+
+
 class HeldLock:
     """A key this client was granted; a context manager that unlocks on exit.
 
@@ -78,7 +109,7 @@ class HeldLock:
         return "HeldLock(key=%r, held=%r)" % (self.key, self._held)
 
 
-class Client:
+class Client(_ClientBase):
     """Blocking Locking-Center client.
 
     :param address: ``host:port`` of the server (default ``$LC_ADDRESS``,
@@ -92,32 +123,6 @@ class Client:
     The client keeps no connection open between calls and can be shared
     between threads.
     """
-
-    def __init__(
-        self,
-        address: Optional[Address] = None,
-        source: Text = "",
-        *,
-        connect_timeout: float = 5.0,
-        io_timeout: Optional[float] = 30.0,
-    ) -> None:
-        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
-        self._source = source
-        proto.encode_source(source)  # refuse a bad source now, not at first use
-        self.connect_timeout = connect_timeout
-        self.io_timeout = io_timeout
-
-    @property
-    def address(self) -> str:
-        host = "[%s]" % self._host if ":" in self._host else self._host
-        return "%s:%d" % (host, self._port)
-
-    @property
-    def source(self) -> Text:
-        return self._source
-
-    def __repr__(self) -> str:
-        return "Client(address=%r, source=%r)" % (self.address, self._source)
 
     # -- the six requests -------------------------------------------------
 

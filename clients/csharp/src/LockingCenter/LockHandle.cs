@@ -15,17 +15,19 @@ namespace LockingCenter
     /// thread-safe.
     /// </summary>
     /// <remarks>
+    /// <para>
     /// <c>IAsyncDisposable</c> is implemented where the target has it: netstandard2.1 and .NET Core 3+
     /// (symbols defined by the SDK), and Mono builds given <c>-define:LC_ASYNC_DISPOSABLE</c> (test.sh
     /// does so when Mono's mscorlib has the interface). The netstandard2.0 build leaves it out rather
     /// than depend on the Microsoft.Bcl.AsyncInterfaces package; <see cref="UnlockAsync"/> is there on
     /// every target.
-    /// </remarks>
-    /// <remarks>
+    /// </para>
+    /// <para>
     /// Dispose throws when the unlock fails (<see cref="RefusedException"/> if the key was reset meanwhile,
     /// <see cref="UnreachableException"/> if the server is gone): a lock that may still be held must not
     /// pass silently. If the server could not be reached, the handle stays unreleased and the unlock can
     /// be tried again.
+    /// </para>
     /// </remarks>
     public sealed class LockHandle : IDisposable
 #if NETSTANDARD2_1_OR_GREATER || NETCOREAPP3_0_OR_GREATER || LC_ASYNC_DISPOSABLE
@@ -62,13 +64,9 @@ namespace LockingCenter
             {
                 await _client.UnlockAsync(Key, cancellationToken).ConfigureAwait(false);
             }
-            catch (UnreachableException)
+            catch (Exception e) when (e is UnreachableException || e is OperationCanceledException)
             {
-                Volatile.Write(ref _released, 0);
-                throw;
-            }
-            catch (OperationCanceledException)
-            {
+                // The key may still be held: leave the handle unreleased so the unlock can be retried.
                 Volatile.Write(ref _released, 0);
                 throw;
             }

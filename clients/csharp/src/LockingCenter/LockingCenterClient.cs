@@ -143,11 +143,9 @@ namespace LockingCenter
         /// <param name="cancellationToken">Cancels the request (the outcome is then unknown).</param>
         /// <returns>A task that completes when the key is released.</returns>
         /// <exception cref="RefusedException">The key was not held, or the release could not be recorded ('-').</exception>
-        public async Task UnlockAsync(string key, CancellationToken cancellationToken = default(CancellationToken))
+        public Task UnlockAsync(string key, CancellationToken cancellationToken = default(CancellationToken))
         {
-            byte[] frame = WireFormat.Encode(LockAction.Unlock, key, Source);
-            byte answer = await ExchangeAsync(frame, key, false, null, cancellationToken).ConfigureAwait(false);
-            Expect(LockAction.Unlock, key, answer);
+            return RequestOkAsync(LockAction.Unlock, key, Source, cancellationToken);
         }
 
         /// <summary>Waits for one's turn on the key: locks it, then unlocks it at once.</summary>
@@ -177,11 +175,9 @@ namespace LockingCenter
         /// <param name="cancellationToken">Cancels the request.</param>
         /// <returns>A task that completes when the key is reset.</returns>
         /// <exception cref="RefusedException">The server answered '-'.</exception>
-        public async Task ResetByKeyAsync(string key, CancellationToken cancellationToken = default(CancellationToken))
+        public Task ResetByKeyAsync(string key, CancellationToken cancellationToken = default(CancellationToken))
         {
-            byte[] frame = WireFormat.Encode(LockAction.ResetByKey, key, Source);
-            byte answer = await ExchangeAsync(frame, key, false, null, cancellationToken).ConfigureAwait(false);
-            Expect(LockAction.ResetByKey, key, answer);
+            return RequestOkAsync(LockAction.ResetByKey, key, Source, cancellationToken);
         }
 
         /// <summary>
@@ -193,11 +189,9 @@ namespace LockingCenter
         /// <param name="cancellationToken">Cancels the request.</param>
         /// <returns>A task that completes when the source is reset.</returns>
         /// <exception cref="RefusedException">The server answered '-'.</exception>
-        public async Task ResetBySourceAsync(string source = null, CancellationToken cancellationToken = default(CancellationToken))
+        public Task ResetBySourceAsync(string source = null, CancellationToken cancellationToken = default(CancellationToken))
         {
-            byte[] frame = WireFormat.Encode(LockAction.ResetBySource, "", source ?? Source);
-            byte answer = await ExchangeAsync(frame, "", false, null, cancellationToken).ConfigureAwait(false);
-            Expect(LockAction.ResetBySource, "", answer);
+            return RequestOkAsync(LockAction.ResetBySource, "", source ?? Source, cancellationToken);
         }
 
         // ------------------------------------------------------------ blocking forms
@@ -284,6 +278,14 @@ namespace LockingCenter
             await LockCoreAsync(key, timeout, cancellationToken).ConfigureAwait(false);
             // The key is ours now: release it even if the caller gives up meanwhile.
             await UnlockAsync(key, CancellationToken.None).ConfigureAwait(false);
+        }
+
+        /// <summary>An unlock or reset: completes on '+', fails as <see cref="Expect"/> says otherwise.</summary>
+        private async Task RequestOkAsync(LockAction action, string key, string source, CancellationToken cancellationToken)
+        {
+            byte[] frame = WireFormat.Encode(action, key, source);
+            byte answer = await ExchangeAsync(frame, key, false, null, cancellationToken).ConfigureAwait(false);
+            Expect(action, key, answer);
         }
 
         /// <summary>

@@ -81,10 +81,7 @@ namespace LockingCenter
         {
             if (string.IsNullOrEmpty(key))
                 throw new InvalidRequestException("key must not be empty");
-            byte[] b = Utf8.GetBytes(key);
-            if (b.Length > MaxSize)
-                throw new InvalidRequestException("key is " + b.Length + " bytes once UTF-8 encoded; at most " + MaxSize + " allowed");
-            return b;
+            return Checked("key", key);
         }
 
         /// <summary>Checks a source (0..127 bytes once UTF-8 encoded; null means empty) and returns its bytes.</summary>
@@ -93,9 +90,14 @@ namespace LockingCenter
         /// <exception cref="InvalidRequestException">The source is too long.</exception>
         public static byte[] SourceBytes(string source)
         {
-            byte[] b = Utf8.GetBytes(source ?? "");
+            return Checked("source", source ?? "");
+        }
+
+        private static byte[] Checked(string what, string s)
+        {
+            byte[] b = Utf8.GetBytes(s);
             if (b.Length > MaxSize)
-                throw new InvalidRequestException("source is " + b.Length + " bytes once UTF-8 encoded; at most " + MaxSize + " allowed");
+                throw new InvalidRequestException(what + " is " + b.Length + " bytes once UTF-8 encoded; at most " + MaxSize + " allowed");
             return b;
         }
 

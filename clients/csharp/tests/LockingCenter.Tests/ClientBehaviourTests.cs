@@ -148,6 +148,20 @@ namespace LockingCenter.Tests
             }
         }
 
+        [Fact]
+        public async Task DisposeThrowsWhenTheUnlockIsRefused()
+        {
+            // Lock is granted, the unlock answered '-' (as after a reset): Dispose must not hide it.
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? '+' : '-'))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                LockHandle held = await client.LockAsync("k");
+                Assert.Throws<RefusedException>(() => held.Dispose());
+                Assert.True(held.IsReleased);
+                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+            }
+        }
+
 #if NETCOREAPP3_0_OR_GREATER || LC_ASYNC_DISPOSABLE
         [Fact]
         public async Task DisposeAsyncUnlocksOnce()

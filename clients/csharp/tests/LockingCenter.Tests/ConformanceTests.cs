@@ -63,8 +63,7 @@ namespace LockingCenter.Tests
                 var e = await Assert.ThrowsAsync<NotWonException>(() => b.TryLockOrThrowAsync(k));
                 Assert.Equal(k, e.Key);
             }
-            Assert.True(await b.TryLockAsync(k));
-            await b.UnlockAsync(k);
+            await AssertFree(b, k);
         }
 
         [ConformanceFact]
@@ -80,8 +79,7 @@ namespace LockingCenter.Tests
             {
                 Assert.False(client.TryLock(k));
             }
-            Assert.True(await client.TryLockAsync(k));
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
         }
 
         [ConformanceFact]
@@ -104,8 +102,7 @@ namespace LockingCenter.Tests
             await second.Result.UnlockAsync();
             Assert.True(third.Wait(Patience), "third was not granted");
             third.Result.Dispose();
-            Assert.True(await client.TryLockAsync(k));
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
         }
 
         [ConformanceFact]
@@ -119,8 +116,7 @@ namespace LockingCenter.Tests
                 await AssertQueueEmpties(k);
             }
             // The withdrawn waiter was not granted the key on release.
-            Assert.True(await client.TryLockAsync(k));
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
         }
 
         [ConformanceFact]
@@ -137,8 +133,7 @@ namespace LockingCenter.Tests
                 await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
                 await AssertQueueEmpties(k);
             }
-            Assert.True(await client.TryLockAsync(k));
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
         }
 
         [ConformanceFact]
@@ -151,8 +146,7 @@ namespace LockingCenter.Tests
             await Settle(k, 1);
             await client.ResetByKeyAsync(k);
             await Assert.ThrowsAsync<ResetWhileWaitingException>(() => waiting);
-            Assert.True(await client.TryLockAsync(k), "key is free after the reset");
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
             await client.ResetByKeyAsync(k); // idempotent
         }
 
@@ -166,10 +160,8 @@ namespace LockingCenter.Tests
             await owner.LockAsync(k1);
             await owner.LockAsync(k2);
             await other.ResetBySourceAsync(source);
-            Assert.True(await other.TryLockAsync(k1));
-            Assert.True(await other.TryLockAsync(k2));
-            await other.UnlockAsync(k1);
-            await other.UnlockAsync(k2);
+            await AssertFree(other, k1);
+            await AssertFree(other, k2);
         }
 
         [ConformanceFact]
@@ -183,8 +175,7 @@ namespace LockingCenter.Tests
             Assert.False(turn.IsCompleted);
             await held.UnlockAsync();
             Assert.True(turn.Wait(Patience), "wait did not return");
-            Assert.True(await client.TryLockAsync(k));
-            await client.UnlockAsync(k);
+            await AssertFree(client, k);
             await client.WaitAsync(k); // free key: returns at once
         }
 
@@ -195,6 +186,13 @@ namespace LockingCenter.Tests
             await Assert.ThrowsAsync<InvalidRequestException>(() => nowhere.LockAsync(new string('k', 128)));
             await Assert.ThrowsAsync<UnreachableException>(() => nowhere.LockAsync("k"));
             await Assert.ThrowsAsync<InvalidRequestException>(() => Client("").TryLockAsync(new string('é', 64)));
+        }
+
+        /// <summary>The key is free: a try-lock wins it (then it is released again).</summary>
+        private static async Task AssertFree(LockingCenterClient client, string key)
+        {
+            Assert.True(await client.TryLockAsync(key), "key " + key + " is not free");
+            await client.UnlockAsync(key);
         }
 
         // ------------------------------------------------------------ JSON API helpers
@@ -231,6 +229,13 @@ namespace LockingCenter.Tests
             }
         }
 
+        /// <summary>The number of waiters in a key's JSON, or -1 when it has no "queue" list.</summary>
+        private static int QueueLength(Dictionary<string, object> info)
+        {
+            object q;
+            return info.TryGetValue("queue", out q) && q is List<object> ? ((List<object>)q).Count : -1;
+        }
+
         /// <summary>
         /// Waits until the key shows n waiters in the JSON API; when the API gives no answer for the key
         /// (not available), waits a fixed 300 ms so the request has surely reached the queue.
@@ -245,8 +250,7 @@ namespace LockingCenter.Tests
                 if (info != null)
                 {
                     seen = true;
-                    object q;
-                    if (info.TryGetValue("queue", out q) && q is List<object> && ((List<object>)q).Count == n) return;
+                    if (QueueLength(info) == n) return;
                 }
                 else if (!seen)
                 {
@@ -267,8 +271,7 @@ namespace LockingCenter.Tests
             while (watch.Elapsed < Patience)
             {
                 last = KeyInfo(key);
-                object q;
-                if (last != null && last.TryGetValue("queue", out q) && q is List<object> && ((List<object>)q).Count == 0) return;
+                if (last != null && QueueLength(last) == 0) return;
                 await Task.Delay(50);
             }
             Assert.True(false, "queue of " + key + " did not become empty; last answer: " + (last == null ? "none" : "a held key with waiters"));

@@ -79,6 +79,12 @@ namespace LockingCenter.Tests
             return b;
         }
 
+        /// <summary>Whether the client closed its side within the time: readable with nothing to read.</summary>
+        private static bool ClosedWithin(Socket c, int microseconds)
+        {
+            return c.Poll(microseconds, SelectMode.SelectRead) && c.Available == 0;
+        }
+
         private void Handle(Socket c)
         {
             c.ReceiveTimeout = 5000;
@@ -93,7 +99,7 @@ namespace LockingCenter.Tests
             frame.Write(source, 0, source.Length);
             byte[] f = frame.ToArray();
             // The client must keep its write side open until it has the answer.
-            bool eof = c.Poll(50000, SelectMode.SelectRead) && c.Available == 0;
+            bool eof = ClosedWithin(c, 50000);
             lock (_mu)
             {
                 _frames.Add(f);
@@ -105,7 +111,7 @@ namespace LockingCenter.Tests
             if (answer == Hold)
             {
                 // Wait up to 10 s for the client to hang up.
-                if (c.Poll(10000000, SelectMode.SelectRead)) HangUp.Set();
+                if (ClosedWithin(c, 10000000)) HangUp.Set();
                 return;
             }
             c.Send(new[] { (byte)answer });

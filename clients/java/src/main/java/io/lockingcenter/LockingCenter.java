@@ -71,8 +71,7 @@ public final class LockingCenter {
         String[] hp = splitAddress(b.address);
         this.host = hp[0];
         this.port = Integer.parseInt(hp[1]);
-        Wire.sourceBytes(b.source);
-        this.source = b.source;
+        this.source = b.source; // checked by Builder.source
         this.connectTimeout = b.connectTimeout;
         this.requestTimeout = b.requestTimeout;
         this.executor = b.executor != null ? b.executor : DefaultExecutor.INSTANCE;
@@ -126,8 +125,7 @@ public final class LockingCenter {
      * @throws RefusedException the server answered '-'
      */
     public boolean tryLock(String key) {
-        byte[] frame = Wire.encode(Action.TRY_LOCK, key, source);
-        return tryResult(key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+        return tryResult(key, request(Action.TRY_LOCK, key, source));
     }
 
     /**
@@ -149,8 +147,7 @@ public final class LockingCenter {
      * @throws RefusedException the key was not held, or the release could not be recorded (answer '-')
      */
     public void unlock(String key) {
-        byte[] frame = Wire.encode(Action.UNLOCK, key, source);
-        okResult(Action.UNLOCK, key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+        okResult(Action.UNLOCK, key, request(Action.UNLOCK, key, source));
     }
 
     /**
@@ -176,8 +173,7 @@ public final class LockingCenter {
      * @throws RefusedException the server answered '-'
      */
     public void resetByKey(String key) {
-        byte[] frame = Wire.encode(Action.RESET_BY_KEY, key, source);
-        okResult(Action.RESET_BY_KEY, key, exchange(frame, key, new Call(), requestDeadline(), null, true));
+        okResult(Action.RESET_BY_KEY, key, request(Action.RESET_BY_KEY, key, source));
     }
 
     /**
@@ -187,8 +183,7 @@ public final class LockingCenter {
      * @throws RefusedException the server answered '-'
      */
     public void resetBySource(String source) {
-        byte[] frame = Wire.encode(Action.RESET_BY_SOURCE, "", source);
-        okResult(Action.RESET_BY_SOURCE, "", exchange(frame, "", new Call(), requestDeadline(), null, true));
+        okResult(Action.RESET_BY_SOURCE, "", request(Action.RESET_BY_SOURCE, "", source));
     }
 
     /** Resets this client's own source (see {@link #resetBySource(String)}). */
@@ -221,10 +216,7 @@ public final class LockingCenter {
 
     /** Asynchronous {@link #unlock(String)}. */
     public CompletableFuture<Void> unlockAsync(String key) {
-        return submit(Action.UNLOCK, key, source, (f, b) -> {
-            okResult(Action.UNLOCK, key, b);
-            f.complete(null);
-        });
+        return submitOk(Action.UNLOCK, key, source);
     }
 
     /** Asynchronous {@link #waitFor(String)}; cancelling withdraws the waiter. */
@@ -239,18 +231,12 @@ public final class LockingCenter {
 
     /** Asynchronous {@link #resetByKey(String)}. */
     public CompletableFuture<Void> resetByKeyAsync(String key) {
-        return submit(Action.RESET_BY_KEY, key, source, (f, b) -> {
-            okResult(Action.RESET_BY_KEY, key, b);
-            f.complete(null);
-        });
+        return submitOk(Action.RESET_BY_KEY, key, source);
     }
 
     /** Asynchronous {@link #resetBySource(String)}. */
     public CompletableFuture<Void> resetBySourceAsync(String source) {
-        return submit(Action.RESET_BY_SOURCE, "", source, (f, b) -> {
-            okResult(Action.RESET_BY_SOURCE, "", b);
-            f.complete(null);
-        });
+        return submitOk(Action.RESET_BY_SOURCE, "", source);
     }
 
     @Override
@@ -272,34 +258,25 @@ public final class LockingCenter {
      * unlock; otherwise with the HeldLock.
      */
     private <T> CompletableFuture<T> lockTask(String key, Duration timeout, boolean thenUnlock) {
-        RequestFuture<T> future = new RequestFuture<>();
-        byte[] frame;
-        try {
-            frame = Wire.encode(Action.LOCK, key, source);
-        } catch (InvalidRequestException e) {
-            future.completeExceptionally(e);
-            return future;
-        }
-        if (timeout != null) {
-            Executor later = CompletableFuture.delayedExecutor(timeout.toNanos(), TimeUnit.NANOSECONDS);
-            later.execute(() -> future.completeExceptionally(new LockTimeoutException(key, timeout)));
-        }
-        run(future, () -> {
-            int answer = exchange(frame, key, future.call, NO_DEADLINE, null, false);
+        RequestFuture<T> future = submit(Action.LOCK, key, source, (f, answer) -> {
             HeldLock held = lockResult(key, answer);
             if (thenUnlock) {
                 // The key is ours now: release it even if the caller has given up meanwhile.
                 unlock(key);
-                future.complete(null);
+                f.complete(null);
             } else {
                 @SuppressWarnings("unchecked")
                 T value = (T) held;
-                if (!future.complete(value)) {
+                if (!f.complete(value)) {
                     // Granted just as the caller gave up: nobody will release it, so do it now.
                     releaseQuietly(key);
                 }
             }
         });
+        if (timeout != null && !future.isDone()) {
+            Executor later = CompletableFuture.delayedExecutor(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            later.execute(() -> future.completeExceptionally(new LockTimeoutException(key, timeout)));
+        }
         return future;
     }
 
@@ -307,7 +284,12 @@ public final class LockingCenter {
         void accept(RequestFuture<T> future, int answer);
     }
 
-    private <T> CompletableFuture<T> submit(Action action, String key, String src, Completion<T> done) {
+    /**
+     * Encodes the frame now (invalid input fails the returned future at once), then runs the exchange
+     * in the executor and hands the answer to done. Only Lock waits without a deadline; every other
+     * action gets the request timeout.
+     */
+    private <T> RequestFuture<T> submit(Action action, String key, String src, Completion<T> done) {
         RequestFuture<T> future = new RequestFuture<>();
         byte[] frame;
         try {
@@ -316,8 +298,25 @@ public final class LockingCenter {
             future.completeExceptionally(e);
             return future;
         }
-        run(future, () -> done.accept(future, exchange(frame, key, future.call, requestDeadline(), null, false)));
+        run(future, () -> {
+            long deadline = action == Action.LOCK ? NO_DEADLINE : requestDeadline();
+            done.accept(future, exchange(frame, key, future.call, deadline, null, false));
+        });
         return future;
+    }
+
+    /** An async unlock or reset: completes with null on '+', fails as {@link #okResult} says otherwise. */
+    private CompletableFuture<Void> submitOk(Action action, String key, String src) {
+        return submit(action, key, src, (f, answer) -> {
+            okResult(action, key, answer);
+            f.complete(null);
+        });
+    }
+
+    /** A blocking request that never waits (everything but Lock): its answer byte. */
+    private int request(Action action, String key, String src) {
+        byte[] frame = Wire.encode(action, key, src);
+        return exchange(frame, key, new Call(), requestDeadline(), null, true);
     }
 
     private void run(CompletableFuture<?> future, Runnable task) {

@@ -28,12 +28,7 @@ final class Wire {
 
     /** Checks a source (null means empty) and returns its UTF-8 bytes. */
     static byte[] sourceBytes(String source) {
-        byte[] b = (source == null ? "" : source).getBytes(StandardCharsets.UTF_8);
-        if (b.length > MAX_SIZE) {
-            throw new InvalidRequestException(
-                    "source is " + b.length + " bytes once UTF-8 encoded; at most " + MAX_SIZE + " allowed");
-        }
-        return b;
+        return utf8("source", source == null ? "" : source);
     }
 
     /** Checks a key for an action that needs one and returns its UTF-8 bytes. */
@@ -41,10 +36,15 @@ final class Wire {
         if (key == null || key.isEmpty()) {
             throw new InvalidRequestException("key must not be empty");
         }
-        byte[] b = key.getBytes(StandardCharsets.UTF_8);
+        return utf8("key", key);
+    }
+
+    /** The UTF-8 bytes of a key or source, refused when longer than {@link #MAX_SIZE}. */
+    private static byte[] utf8(String what, String s) {
+        byte[] b = s.getBytes(StandardCharsets.UTF_8);
         if (b.length > MAX_SIZE) {
             throw new InvalidRequestException(
-                    "key is " + b.length + " bytes once UTF-8 encoded; at most " + MAX_SIZE + " allowed");
+                    what + " is " + b.length + " bytes once UTF-8 encoded; at most " + MAX_SIZE + " allowed");
         }
         return b;
     }

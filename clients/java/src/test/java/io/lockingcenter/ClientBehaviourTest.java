@@ -169,6 +169,20 @@ class ClientBehaviourTest {
     }
 
     @Test
+    void unlockAsyncReleasesOnce() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> (int) '+')) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            HeldLock held = lc.lock("k");
+            held.unlockAsync().get(3, TimeUnit.SECONDS);
+            assertTrue(held.isReleased());
+            held.unlockAsync().get(3, TimeUnit.SECONDS); // already released: sends nothing
+            held.close();
+            assertEquals(2, fake.frames.size());
+            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+        }
+    }
+
+    @Test
     void waitForLocksThenUnlocks() throws Exception {
         try (FakeServer fake = new FakeServer(f -> (int) '+')) {
             LockingCenter lc = new LockingCenter(fake.address());

@@ -67,8 +67,7 @@ class ConformanceTest {
             NotWonException e = assertThrows(NotWonException.class, () -> b.tryLockOrThrow(k));
             assertEquals(k, e.key());
         }
-        assertTrue(b.tryLock(k));
-        b.unlock(k);
+        assertFree(b, k);
     }
 
     @Test
@@ -79,10 +78,9 @@ class ConformanceTest {
             assertFalse(lc.tryLock(k));
         }
         try (var held = lc.tryLockOrThrow(k)) {
-            assertTrue(held.key().equals(k));
+            assertEquals(k, held.key());
         }
-        assertTrue(lc.tryLock(k));
-        lc.unlock(k);
+        assertFree(lc, k);
     }
 
     @Test
@@ -104,8 +102,7 @@ class ConformanceTest {
         got2.unlock();
         HeldLock got3 = third.get(5, TimeUnit.SECONDS);
         got3.close();
-        assertTrue(lc.tryLock(k));
-        lc.unlock(k);
+        assertFree(lc, k);
     }
 
     @Test
@@ -117,8 +114,7 @@ class ConformanceTest {
             assertQueueEmpties(k);
         }
         // The withdrawn waiter was not granted the key on release.
-        assertTrue(lc.tryLock(k));
-        lc.unlock(k);
+        assertFree(lc, k);
     }
 
     @Test
@@ -131,8 +127,7 @@ class ConformanceTest {
             assertTrue(waiting.cancel(true));
             assertQueueEmpties(k);
         }
-        assertTrue(lc.tryLock(k));
-        lc.unlock(k);
+        assertFree(lc, k);
     }
 
     @Test
@@ -145,8 +140,7 @@ class ConformanceTest {
         lc.resetByKey(k);
         ExecutionException e = assertThrows(ExecutionException.class, () -> waiting.get(5, TimeUnit.SECONDS));
         assertInstanceOf(ResetWhileWaitingException.class, e.getCause());
-        assertTrue(lc.tryLock(k), "key is free after the reset");
-        lc.unlock(k);
+        assertFree(lc, k);
         lc.resetByKey(k); // idempotent
     }
 
@@ -160,10 +154,8 @@ class ConformanceTest {
         owner.lock(k1);
         owner.lock(k2);
         other.resetBySource(source);
-        assertTrue(other.tryLock(k1));
-        assertTrue(other.tryLock(k2));
-        other.unlock(k1);
-        other.unlock(k2);
+        assertFree(other, k1);
+        assertFree(other, k2);
     }
 
     @Test
@@ -176,8 +168,7 @@ class ConformanceTest {
         assertFalse(turn.isDone());
         held.unlock();
         turn.get(5, TimeUnit.SECONDS);
-        assertTrue(lc.tryLock(k));
-        lc.unlock(k);
+        assertFree(lc, k);
         lc.waitFor(k); // free key: returns at once
     }
 
@@ -189,6 +180,12 @@ class ConformanceTest {
         assertThrows(UnreachableException.class, () -> nowhere.lock("k"));
         // and the real server never sees it
         assertThrows(InvalidRequestException.class, () -> client("").tryLock("é".repeat(64)));
+    }
+
+    /** The key is free: a try-lock wins it (then it is released again). */
+    private static void assertFree(LockingCenter lc, String k) {
+        assertTrue(lc.tryLock(k), "key " + k + " is not free");
+        lc.unlock(k);
     }
 
     // ---------------------------------------------------------------- JSON API helpers
@@ -218,6 +215,12 @@ class ConformanceTest {
         }
     }
 
+    /** The number of waiters in a key's JSON, or -1 when it has no "queue" list. */
+    private static int queueLength(Map<String, Object> info) {
+        Object q = info.get("queue");
+        return q instanceof List ? ((List<?>) q).size() : -1;
+    }
+
     /**
      * Waits until the key shows n waiters in the JSON API; when the API gives no answer for the key
      * (not available), waits a fixed 300 ms so the request has surely reached the queue.
@@ -229,8 +232,7 @@ class ConformanceTest {
             Map<String, Object> info = keyInfo(k);
             if (info != null) {
                 seen = true;
-                Object q = info.get("queue");
-                if (q instanceof List && ((List<?>) q).size() == n) {
+                if (queueLength(info) == n) {
                     return;
                 }
             } else if (!seen) {
@@ -249,7 +251,7 @@ class ConformanceTest {
         Map<String, Object> last = null;
         while (System.nanoTime() < deadline) {
             last = keyInfo(k);
-            if (last != null && last.get("queue") instanceof List && ((List<?>) last.get("queue")).isEmpty()) {
+            if (last != null && queueLength(last) == 0) {
                 return;
             }
             Thread.sleep(50);

@@ -31,6 +31,11 @@ final class Vectors {
         return (List<Map<String, Object>>) load().get(name);
     }
 
+    /** The action of a frame or invalid entry. */
+    static Action action(Map<String, Object> v) {
+        return Action.fromCode(((Double) v.get("action")).intValue());
+    }
+
     static byte[] hex(String hex) {
         byte[] b = new byte[hex.length() / 2];
         for (int i = 0; i < b.length; i++) {

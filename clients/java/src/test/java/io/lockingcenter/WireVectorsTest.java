@@ -11,6 +11,7 @@ import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.DynamicTest;
@@ -26,8 +27,7 @@ class WireVectorsTest {
         List<DynamicTest> tests = new ArrayList<>();
         for (Map<String, Object> v : Vectors.list("frames")) {
             tests.add(DynamicTest.dynamicTest("frame: " + v.get("name"), () -> {
-                Action action = Action.fromCode(((Double) v.get("action")).intValue());
-                byte[] frame = Wire.encode(action, (String) v.get("key"), (String) v.get("source"));
+                byte[] frame = Wire.encode(Vectors.action(v), (String) v.get("key"), (String) v.get("source"));
                 assertEquals((String) v.get("hex"), Vectors.hex(frame));
             }));
         }
@@ -41,7 +41,7 @@ class WireVectorsTest {
         List<DynamicTest> tests = new ArrayList<>();
         for (Map<String, Object> v : Vectors.list("frames")) {
             tests.add(DynamicTest.dynamicTest("sent: " + v.get("name"), () -> {
-                Action action = Action.fromCode(((Double) v.get("action")).intValue());
+                Action action = Vectors.action(v);
                 String key = (String) v.get("key");
                 try (FakeServer fake = new FakeServer(f -> (int) '+')) {
                     LockingCenter lc = new LockingCenter(fake.address(), (String) v.get("source"));
@@ -61,7 +61,7 @@ class WireVectorsTest {
         int dead = Vectors.deadPort();
         for (Map<String, Object> v : Vectors.list("invalid")) {
             tests.add(DynamicTest.dynamicTest("invalid: " + v.get("name"), () -> {
-                Action action = Action.fromCode(((Double) v.get("action")).intValue());
+                Action action = Vectors.action(v);
                 String key = (String) v.get("key");
                 String source = (String) v.get("source");
                 assertThrows(InvalidRequestException.class, () -> Wire.encode(action, key, source));
@@ -81,6 +81,7 @@ class WireVectorsTest {
                 }
             }));
         }
+        assertEquals(7, tests.size(), "vector count changed: update this test's expectations");
         return tests;
     }
 
@@ -152,27 +153,26 @@ class WireVectorsTest {
         }
     }
 
+    /** Calls the public API for the action; reset by source resets the client's own source. */
     static void call(LockingCenter lc, Action action, String key) {
-        call(lc, action, key, lc.source());
-    }
-
-    static void call(LockingCenter lc, Action action, String key, String source) {
         switch (action) {
             case LOCK: lc.lock(key); break;
             case UNLOCK: lc.unlock(key); break;
             case RESET_BY_KEY: lc.resetByKey(key); break;
             case RESET_BY_SOURCE:
+                // The API takes no key here. Not an InvalidRequestException: the helper must not stand
+                // in for a refusal that the client itself is expected to make.
                 if (!key.isEmpty()) {
-                    throw new InvalidRequestException("reset by source takes no key");
+                    throw new IllegalArgumentException("the API cannot send a key with reset by source");
                 }
-                lc.resetBySource(source);
+                lc.resetBySource();
                 break;
             case TRY_LOCK: lc.tryLock(key); break;
             default: throw new AssertionError(action);
         }
     }
 
-    static java.util.concurrent.CompletableFuture<?> asyncCall(LockingCenter lc, Action action, String key) {
+    static CompletableFuture<?> asyncCall(LockingCenter lc, Action action, String key) {
         switch (action) {
             case LOCK: return lc.lockAsync(key).orTimeout(5, TimeUnit.SECONDS);
             case UNLOCK: return lc.unlockAsync(key);

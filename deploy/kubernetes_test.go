@@ -21,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -237,6 +238,12 @@ func TestKubernetes(t *testing.T) {
 		pvc := sts.Spec.VolumeClaimTemplates[i]
 		if q := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; q.IsZero() {
 			t.Errorf("volumeClaimTemplate %s requests no storage", claim)
+		} else if q.Cmp(resource.MustParse("1Gi")) != 0 {
+			t.Errorf("volumeClaimTemplate %s requests %s, the README says 1Gi", claim, q.String())
+		}
+		// The README names the pod's claim as the StatefulSet controller does.
+		if got := pvc.Name + "-" + sts.Name + "-0"; got != "data-locking-center-0" {
+			t.Errorf("the first pod's claim is %s, the README says data-locking-center-0", got)
 		}
 		if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteOnce) {
 			t.Errorf("volumeClaimTemplate %s access modes %v, want ReadWriteOnce", claim, pvc.Spec.AccessModes)
@@ -319,17 +326,18 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("Service %s selector %v does not select the pod %v", s.Name, s.Spec.Selector, sts.Spec.Template.Labels)
 			}
 		}
-		for _, want := range []int32{int32(lockPort), int32(webPort)} {
+		// The README sends clients to these names.
+		for name, want := range map[string]int32{"locking-center": int32(lockPort), "locking-center-web": int32(webPort)} {
 			found := false
 			for _, s := range m.Services {
 				for _, p := range s.Spec.Ports {
-					if p.Port == want && resolvePort(p.TargetPort, ports) == want {
+					if s.Name == name && p.Port == want && resolvePort(p.TargetPort, ports) == want {
 						found = true
 					}
 				}
 			}
 			if !found {
-				t.Errorf("no Service exposes port %d onto the container port %d", want, want)
+				t.Errorf("no Service %s exposes port %d onto the container port %d", name, want, want)
 			}
 		}
 	})

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"io"
+	"net"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/wire"
 )
 
 func TestParseArgsAcceptsFlagsAfterKey(t *testing.T) {
@@ -92,5 +99,52 @@ func TestStatusPlace(t *testing.T) {
 	}
 	if got := (&status{a: &app{source: "dave"}, start: start}).place(queue); got != -1 {
 		t.Errorf("place of an absent waiter = %d, want -1", got)
+	}
+}
+
+// TestReleaseRetriesWhileUnreachable: the release after a command retries
+// while the server does not answer (here it hangs up twice, as a server
+// that is restarting does), and gives up after its attempts.
+func TestReleaseRetriesWhileUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	answerFrom := atomic.Int32{}
+	answerFrom.Store(3)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			var frame [wire.MaxFrame]byte
+			_, _ = c.Read(frame[:])
+			if conns.Add(1) >= answerFrom.Load() {
+				_, _ = c.Write([]byte{wire.AnswerOK})
+			}
+			c.Close()
+		}
+	})
+	defer wg.Wait()
+	defer ln.Close()
+
+	c := client.New(ln.Addr().String())
+	if err := release(c, "k", 5, time.Millisecond); err != nil {
+		t.Fatalf("release with a server back at the third attempt: %v", err)
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("release made %d attempts, want 3", n)
+	}
+
+	conns.Store(0)
+	answerFrom.Store(100)
+	if err := release(c, "k", 2, time.Millisecond); !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("release against a server that never answers: %v, want ErrUnreachable", err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("release made %d attempts, want 2", n)
 	}
 }

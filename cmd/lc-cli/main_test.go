@@ -72,11 +72,12 @@ type server struct {
 var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
 
 // startServer starts the server binary and stops it at the end of the test.
-func startServer(t *testing.T) *server {
+func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
 	s := &server{logDone: make(chan struct{})}
 	s.cmd = exec.Command(serverBin)
 	s.cmd.Env = append(os.Environ(), "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=127.0.0.1:0")
+	s.cmd.Env = append(s.cmd.Env, env...)
 	pipe, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -517,11 +518,23 @@ func TestResets(t *testing.T) {
 
 	s.hold(t, "r/a", "LC_SOURCE=job-7")
 	s.hold(t, "r/b", "LC_SOURCE=job-7")
+	s.hold(t, "r/other", "LC_SOURCE=job-9")
+	waiter, _, _ := cli(s.env("LC_SOURCE=job-7"), "lock", "r/other", "--", "true")
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "job-7 to queue for r/other", func() bool { return s.waiters(t, "r/other") == 1 })
 	if code, _, e := run(t, s.env(), "reset", "source", "job-7"); code != 0 {
 		t.Fatalf("reset source: %d %s", code, e)
 	}
 	if !s.free(t, "r/a") || !s.free(t, "r/b") {
 		t.Error("reset source left keys held")
+	}
+	if code := wait(t, waiter); code != exitNotAcquired {
+		t.Errorf("job-7's waiter after reset source: status %d, want 1", code)
+	}
+	if s.free(t, "r/other") {
+		t.Error("reset source job-7 released job-9's key")
 	}
 	s.hold(t, "r/c", "LC_SOURCE=job-8")
 	if code, _, e := run(t, s.env("LC_SOURCE=job-8"), "reset", "source"); code != 0 {
@@ -529,6 +542,21 @@ func TestResets(t *testing.T) {
 	}
 	if !s.free(t, "r/c") {
 		t.Error("reset source without SOURCE did not reset LC_SOURCE's keys")
+	}
+}
+
+// TestKeysBehindPassword: with WEB_PASSWORD on the server, LC_WEB_ADDRESS
+// may be a URL carrying the basic-auth user and password.
+func TestKeysBehindPassword(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "WEB_PASSWORD=s3cret")
+	s.hold(t, "guarded")
+	code, stdout, errOut := run(t, s.env(), "keys", "--web-address", "http://admin:s3cret@"+s.web)
+	if code != 0 || !strings.Contains(stdout, "guarded") {
+		t.Errorf("keys with the password in the URL: %d %q %q", code, stdout, errOut)
+	}
+	if code, _, _ := run(t, s.env(), "keys", "--web-address", "http://admin:wrong@"+s.web); code == 0 {
+		t.Error("keys with a wrong password succeeded")
 	}
 }
 

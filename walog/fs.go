@@ -45,6 +45,19 @@ type osFile struct{ *os.File }
 
 func (f osFile) Sync() error { return syncFile(f.File) }
 
+// SyncAppend is Sync for a small append; see syncAppend.
+func (f osFile) SyncAppend() error { return syncAppend(f.File) }
+
+// appendSyncer is a File with a cheaper fsync for a small append, which
+// the writer uses for its batches up to smallAppend bytes. A File without
+// it (the tests' fault-injecting one) is synced with Sync.
+type appendSyncer interface{ SyncAppend() error }
+
+// smallAppend is the largest batch synced with SyncAppend: about a
+// thousand records, ten times a busy batch here, and an fsync short enough
+// to hold a processor for.
+const smallAppend = 64 << 10
+
 // Rename renames with os.Rename.
 func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 

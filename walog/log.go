@@ -538,7 +538,12 @@ func (l *Log) writeBatch(buf []byte) error {
 		return err
 	}
 	start := time.Now()
-	err := l.f.Sync()
+	var err error
+	if s, ok := l.f.(appendSyncer); ok && len(buf) <= smallAppend {
+		err = s.SyncAppend()
+	} else {
+		err = l.f.Sync()
+	}
 	l.onFsync(time.Since(start))
 	l.fsyncs.Add(1)
 	if err != nil {

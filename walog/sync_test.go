@@ -1,0 +1,123 @@
+package walog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+// The writer syncs its batches through SyncAppend when the file has it.
+var _ appendSyncer = osFile{}
+
+// TestSyncAppend makes a small append durable with one processor and with
+// several (the two paths of the Linux build), and reports a failure with
+// the file's name, as Sync does.
+func TestSyncAppend(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		prev := runtime.GOMAXPROCS(procs)
+		f, err := OSFS{}.OpenFile(filepath.Join(t.TempDir(), "log"), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("record")); err != nil {
+			t.Fatal(err)
+		}
+		err = f.(appendSyncer).SyncAppend()
+		f.Close()
+		runtime.GOMAXPROCS(prev)
+		if err != nil {
+			t.Errorf("GOMAXPROCS %d: SyncAppend: %v", procs, err)
+		}
+	}
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	err = osFile{w}.SyncAppend()
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Path != w.Name() {
+		t.Errorf("SyncAppend on a pipe: %v, want an error naming %s", err, w.Name())
+	}
+	if runtime.GOOS == "linux" && !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("SyncAppend on a pipe: %v, want EINVAL", err)
+	}
+
+	c, err := os.CreateTemp(t.TempDir(), "closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := (osFile{c}).SyncAppend(); !errors.As(err, &pe) || pe.Path != c.Name() {
+		t.Errorf("SyncAppend on a closed file: %v, want an error naming %s", err, c.Name())
+	}
+}
+
+// countingFS is OSFS whose files count their fsyncs by kind.
+type countingFS struct {
+	OSFS
+	sync, syncAppend atomic.Int64
+}
+
+type countingFile struct {
+	osFile
+	fs *countingFS
+}
+
+func (fsys *countingFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := fsys.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{f.(osFile), fsys}, nil
+}
+
+func (f countingFile) Sync() error {
+	f.fs.sync.Add(1)
+	return f.osFile.Sync()
+}
+
+func (f countingFile) SyncAppend() error {
+	f.fs.syncAppend.Add(1)
+	return f.osFile.SyncAppend()
+}
+
+// TestBatchesUseSyncAppend: every batch of records is synced with
+// SyncAppend, and only the log's creation and its compactions (whole files
+// written at once) with Sync.
+func TestBatchesUseSyncAppend(t *testing.T) {
+	fsys := &countingFS{}
+	l, _ := open(t, filepath.Join(t.TempDir(), "locks.wal"), Options{FS: fsys, CompactFloor: 4 << 10})
+	created := fsys.sync.Load()
+	for i := range 200 {
+		k := fmt.Sprintf("key-%d", i%10)
+		if err := l.Acquire(k, holder(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.Compactions == 0 {
+		t.Fatal("no compaction: the test cannot tell the two kinds apart")
+	}
+	if got := uint64(fsys.syncAppend.Load()); got != st.Fsyncs {
+		t.Errorf("%d SyncAppend calls for %d batches", got, st.Fsyncs)
+	}
+	// A compaction syncs its temporary file twice: the snapshot, then
+	// with the records written meanwhile.
+	if got, max := fsys.sync.Load()-created, 2*int64(st.Compactions); got == 0 || got > max {
+		t.Errorf("%d Sync calls for %d compactions, want 1..%d", got, st.Compactions, max)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 // FS is the part of the file system the log uses. It exists so tests can
@@ -49,14 +50,22 @@ func (f osFile) Sync() error { return syncFile(f.File) }
 func (f osFile) SyncAppend() error { return syncAppend(f.File) }
 
 // appendSyncer is a File with a cheaper fsync for a small append, which
-// the writer uses for its batches up to smallAppend bytes. A File without
-// it (the tests' fault-injecting one) is synced with Sync.
+// the writer uses for its batches while they are small and their fsyncs
+// quick (see quickSync). A File without it (the tests' fault-injecting
+// one) is synced with Sync.
 type appendSyncer interface{ SyncAppend() error }
 
 // smallAppend is the largest batch synced with SyncAppend: about a
-// thousand records, ten times a busy batch here, and an fsync short enough
-// to hold a processor for.
+// thousand records, ten times a busy batch here.
 const smallAppend = 64 << 10
+
+// quickSync is how long the previous batch's fsync may have taken for the
+// next to use SyncAppend. Holding a processor pays only while fsyncs are
+// short: on a slow or stalling disk the scheduler's handoff costs little
+// beside the fsync, while a processor held for milliseconds would be
+// missed by the connections and by the garbage collector. A variable so a
+// test can raise it.
+var quickSync = time.Millisecond
 
 // Rename renames with os.Rename.
 func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }

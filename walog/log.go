@@ -105,6 +105,7 @@ type Log struct {
 	compacted  chan compactResult // the compactor's answer; capacity 1
 	tail       []byte             // records written since the snapshot
 	retryAt    int64              // after a failed compaction, wait for this size
+	lastSync   time.Duration      // the previous batch's fsync
 	closeErr   error
 }
 
@@ -539,12 +540,13 @@ func (l *Log) writeBatch(buf []byte) error {
 	}
 	start := time.Now()
 	var err error
-	if s, ok := l.f.(appendSyncer); ok && len(buf) <= smallAppend {
+	if s, ok := l.f.(appendSyncer); ok && len(buf) <= smallAppend && l.lastSync < quickSync {
 		err = s.SyncAppend()
 	} else {
 		err = l.f.Sync()
 	}
-	l.onFsync(time.Since(start))
+	l.lastSync = time.Since(start)
+	l.onFsync(l.lastSync)
 	l.fsyncs.Add(1)
 	if err != nil {
 		return fmt.Errorf("fsync %s: %w", l.path, err)

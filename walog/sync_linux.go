@@ -30,10 +30,11 @@ func syncFile(f *os.File) error {
 //
 // The price: while the fsync runs, the process has one P fewer, and a
 // stop-the-world phase of the garbage collector waits for the fsync to
-// end. Both are bounded by one small append's fsync, so it is used only
-// with two or more Ps and only for small writes (see smallAppend); if the
-// disk stops answering, the whole process stops at its next collection
-// instead of only its lock path (which could grant nothing either).
+// end. So it is used only with two or more Ps, for small batches, and
+// while fsyncs are quick (see smallAppend and quickSync). If the disk
+// stops answering in the middle of one, the whole process stops at its
+// next collection instead of only its lock path (which could grant
+// nothing either).
 func syncAppend(f *os.File) error {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return syncFile(f) // the only P must stay free for the connections

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The writer syncs its batches through SyncAppend when the file has it.
@@ -60,10 +61,13 @@ func TestSyncAppend(t *testing.T) {
 	}
 }
 
-// countingFS is OSFS whose files count their fsyncs by kind.
+// countingFS is OSFS whose files count their fsyncs by kind. With fake
+// set they only pretend to sync, taking delay.
 type countingFS struct {
 	OSFS
 	sync, syncAppend atomic.Int64
+	fake             bool
+	delay            atomic.Int64 // nanoseconds
 }
 
 type countingFile struct {
@@ -81,18 +85,34 @@ func (fsys *countingFS) OpenFile(name string, flag int, perm os.FileMode) (File,
 
 func (f countingFile) Sync() error {
 	f.fs.sync.Add(1)
+	if f.fs.fake {
+		time.Sleep(time.Duration(f.fs.delay.Load()))
+		return nil
+	}
 	return f.osFile.Sync()
 }
 
 func (f countingFile) SyncAppend() error {
 	f.fs.syncAppend.Add(1)
+	if f.fs.fake {
+		time.Sleep(time.Duration(f.fs.delay.Load()))
+		return nil
+	}
 	return f.osFile.SyncAppend()
 }
 
+// setQuickSync sets quickSync for one test.
+func setQuickSync(t *testing.T, d time.Duration) {
+	prev := quickSync
+	quickSync = d
+	t.Cleanup(func() { quickSync = prev })
+}
+
 // TestBatchesUseSyncAppend: every batch of records is synced with
-// SyncAppend, and only the log's creation and its compactions (whole files
-// written at once) with Sync.
+// SyncAppend while fsyncs are quick, and only the log's creation and its
+// compactions (whole files written at once) with Sync.
 func TestBatchesUseSyncAppend(t *testing.T) {
+	setQuickSync(t, time.Hour) // whatever this machine's disk does
 	fsys := &countingFS{}
 	l, _ := open(t, filepath.Join(t.TempDir(), "locks.wal"), Options{FS: fsys, CompactFloor: 4 << 10})
 	created := fsys.sync.Load()
@@ -120,4 +140,40 @@ func TestBatchesUseSyncAppend(t *testing.T) {
 	if got, max := fsys.sync.Load()-created, 2*int64(st.Compactions); got == 0 || got > max {
 		t.Errorf("%d Sync calls for %d compactions, want 1..%d", got, st.Compactions, max)
 	}
+}
+
+// TestSlowSyncsGoThroughTheScheduler: after a batch whose fsync took
+// longer than quickSync the next is synced with Sync, and once an fsync is
+// quick again the one after goes back to SyncAppend.
+func TestSlowSyncsGoThroughTheScheduler(t *testing.T) {
+	setQuickSync(t, 200*time.Millisecond)
+	fsys := &countingFS{fake: true}
+	l, _ := open(t, filepath.Join(t.TempDir(), "locks.wal"), Options{FS: fsys})
+	acquire := func(i int) {
+		t.Helper()
+		if err := l.Acquire(fmt.Sprintf("key-%d", i), holder(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func() [2]int64 { return [2]int64{fsys.syncAppend.Load(), fsys.sync.Load()} }
+	base := counts()
+	want := func(step string, appends, syncs int64) {
+		t.Helper()
+		if got := counts(); got != [2]int64{base[0] + appends, base[1] + syncs} {
+			t.Fatalf("%s: %d SyncAppend and %d Sync calls, want %d and %d",
+				step, got[0]-base[0], got[1]-base[1], appends, syncs)
+		}
+	}
+	acquire(0)
+	want("quick disk", 1, 0)
+	fsys.delay.Store(int64(250 * time.Millisecond))
+	acquire(1) // still after a quick one: SyncAppend, which is slow
+	want("first slow fsync", 2, 0)
+	acquire(2)
+	acquire(3)
+	want("after a slow fsync", 2, 2)
+	fsys.delay.Store(0)
+	acquire(4) // after a slow one: Sync, which is quick
+	acquire(5)
+	want("quick again", 3, 3)
 }

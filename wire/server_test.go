@@ -51,6 +51,12 @@ func startServer(t *testing.T, configure func(*Server)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startServerOn(t, l, configure)
+}
+
+// startServerOn serves on l until the test ends.
+func startServerOn(t *testing.T, l net.Listener, configure func(*Server)) *testServer {
+	t.Helper()
 	logs := &syncBuffer{}
 	s := &Server{
 		Table:  locker.New(locker.Options{}),

@@ -211,7 +211,13 @@ public final class LockingCenter {
 
     /** Asynchronous {@link #tryLock(String)}. */
     public CompletableFuture<Boolean> tryLockAsync(String key) {
-        return submit(Action.TRY_LOCK, key, source, (f, b) -> f.complete(tryResult(key, b)));
+        return submit(Action.TRY_LOCK, key, source, (f, b) -> {
+            boolean won = tryResult(key, b);
+            if (!f.complete(won) && won) {
+                // Won just as the caller gave up: nobody will release it, so do it now.
+                releaseQuietly(key);
+            }
+        });
     }
 
     /** Asynchronous {@link #unlock(String)}. */
@@ -397,6 +403,7 @@ public final class LockingCenter {
                 throw lost(call, "cannot connect to " + address + ": " + e.getMessage(), e);
             }
             try {
+                call.sending();
                 socket.getOutputStream().write(frame);
             } catch (IOException e) {
                 throw lost(call, "cannot send to " + address + ": " + e.getMessage(), e);
@@ -412,6 +419,7 @@ public final class LockingCenter {
                 if (deadline != NO_DEADLINE) {
                     long left = remainingMillis(deadline);
                     if (left <= 0) {
+                        hangUp(frame, socket, in, key);
                         throw expired(key, timeout);
                     }
                     slice = slice == 0 ? left : Math.min(slice, left);
@@ -424,7 +432,8 @@ public final class LockingCenter {
                     }
                     return b;
                 } catch (SocketTimeoutException e) {
-                    if (blocking && Thread.currentThread().isInterrupted()) {
+                    if (blocking && Thread.interrupted()) {
+                        hangUp(frame, socket, in, key); // with the flag clear, so that it can unlock
                         throw interrupted(key);
                     }
                     // otherwise loop: the deadline check above decides
@@ -440,6 +449,26 @@ public final class LockingCenter {
             } catch (IOException ignored) {
                 // nothing more to do with this connection
             }
+        }
+    }
+
+    /**
+     * A blocking Lock gives up after its frame was sent: hang up (close the write side) so the server
+     * withdraws the waiter, then read for a moment, so that a grant which crossed the hang-up on the
+     * wire is unlocked again instead of held by nobody. The caller then throws why it gave up.
+     */
+    private void hangUp(byte[] frame, Socket socket, InputStream in, String key) {
+        if (frame[0] != Action.LOCK.code()) {
+            return;
+        }
+        try {
+            socket.shutdownOutput();
+            socket.setSoTimeout(Call.HANG_UP_GRACE_MILLIS);
+            if (in.read() == Wire.OK) {
+                releaseQuietly(key);
+            }
+        } catch (IOException ignored) {
+            // the server closed, or stayed silent: no grant came back
         }
     }
 

@@ -2,17 +2,28 @@ package io.lockingcenter;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /** Client behaviour against a loopback stand-in: errors, giving up, scoped forms. */
@@ -67,6 +78,7 @@ class ClientBehaviourTest {
             assertTrue(ms >= 290 && ms < 3000, "gave up after " + ms + " ms");
             assertEquals("k", e.key());
             assertTrue(hungUp(fake), "server did not see the hang-up");
+            assertEquals(1, fake.frames.size(), "no grant crossed the hang-up: nothing to unlock");
         }
     }
 
@@ -146,6 +158,172 @@ class ClientBehaviourTest {
             assertInstanceOf(LockInterruptedException.class, thrown.get());
             assertTrue(flag.get(), "interrupt flag restored");
             assertTrue(hungUp(fake));
+        }
+    }
+
+    @Test
+    void grantCrossingACancelIsUnlockedAgain() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            CompletableFuture<HeldLock> f = lc.lockAsync("k");
+            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+            assertTrue(f.cancel(true));
+            assertTrue(hungUp(fake), "server did not see the hang-up");
+            // The stand-in granted after the hang-up: the client must give the key back.
+            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the cancel");
+            assertEquals(2, fake.frames.size());
+            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+            assertThrows(CancellationException.class, f::join);
+        }
+    }
+
+    @Test
+    void grantCrossingALockTimeoutIsUnlockedAgain() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            assertThrows(LockTimeoutException.class, () -> lc.lock("k", Duration.ofMillis(200)));
+            assertTrue(hungUp(fake), "server did not see the hang-up");
+            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the timeout");
+            assertEquals(2, fake.frames.size());
+            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+        }
+    }
+
+    @Test
+    void grantCrossingAnInterruptIsUnlockedAgain() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            AtomicReference<Throwable> thrown = new AtomicReference<>();
+            AtomicReference<Boolean> flag = new AtomicReference<>();
+            Thread t = new Thread(() -> {
+                try {
+                    lc.lock("k");
+                } catch (Throwable e) {
+                    thrown.set(e);
+                    flag.set(Thread.currentThread().isInterrupted());
+                }
+            });
+            t.start();
+            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+            t.interrupt();
+            t.join(5000);
+            assertInstanceOf(LockInterruptedException.class, thrown.get());
+            assertTrue(flag.get(), "interrupt flag restored");
+            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the interrupt");
+            assertEquals(2, fake.frames.size());
+            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+        }
+    }
+
+    @Test
+    void cancelWithoutAGrantSendsNoUnlock() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.HOLD : (int) '+')) {
+            List<Thread> workers = new CopyOnWriteArrayList<>();
+            Executor threads = task -> {
+                Thread t = new Thread(task, "worker-" + workers.size());
+                workers.add(t);
+                t.start();
+            };
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(threads).build();
+            CompletableFuture<HeldLock> f = lc.lockAsync("k");
+            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+            assertTrue(f.cancel(true));
+            assertTrue(hungUp(fake), "server did not see the hang-up");
+            // The stand-in withdrew the waiter without answering: once the worker is done, the Lock
+            // must be the only frame (an unlock here could release someone else's hold).
+            workers.get(0).join(5000);
+            assertFalse(workers.get(0).isAlive(), "worker still reading after the server closed");
+            assertEquals(1, workers.size());
+            assertEquals(1, fake.frames.size());
+        }
+    }
+
+    @Test
+    void grantCrossingACancelledTryLockAsyncIsUnlockedAgain() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.TRY_LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            CompletableFuture<Boolean> f = lc.tryLockAsync("k");
+            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+            assertTrue(f.cancel(true));
+            assertTrue(hungUp(fake), "server did not see the hang-up");
+            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a try-lock won as it was cancelled");
+            assertEquals(2, fake.frames.size());
+            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+        }
+    }
+
+    @Test
+    void asyncCallsRunOnTheGivenExecutor() throws Exception {
+        try (FakeServer fake = new FakeServer(f -> f[0] == Action.TRY_LOCK.code() ? (int) '#' : (int) '+')) {
+            // An executor that only queues: nothing runs until the test hands a task to a named thread.
+            List<Runnable> tasks = new CopyOnWriteArrayList<>();
+            Executor queue = tasks::add;
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(queue).build();
+            CompletableFuture<HeldLock> lock = lc.lockAsync("k");
+            CompletableFuture<Boolean> tryLock = lc.tryLockAsync("k");
+            assertEquals(2, tasks.size(), "each async call is one task for the given executor");
+            assertFalse(lock.isDone());
+            assertFalse(tryLock.isDone());
+
+            AtomicReference<String> lockedIn = new AtomicReference<>();
+            AtomicReference<String> triedIn = new AtomicReference<>();
+            lock.whenComplete((v, e) -> lockedIn.set(Thread.currentThread().getName()));
+            tryLock.whenComplete((v, e) -> triedIn.set(Thread.currentThread().getName()));
+            runIn("custom-executor-1", tasks.get(0));
+            runIn("custom-executor-2", tasks.get(1));
+
+            assertEquals("k", lock.getNow(null).key());
+            assertEquals(Boolean.FALSE, tryLock.getNow(null));
+            assertEquals("custom-executor-1", lockedIn.get());
+            assertEquals("custom-executor-2", triedIn.get());
+            assertEquals(2, tasks.size());
+            assertArrayEquals(Vectors.hex("01016b0161"), fake.frames.get(0));
+            assertArrayEquals(Vectors.hex("05016b0161"), fake.frames.get(1));
+        }
+    }
+
+    private static void runIn(String threadName, Runnable task) throws InterruptedException {
+        Thread t = new Thread(task, threadName);
+        t.start();
+        t.join(5000);
+        assertFalse(t.isAlive(), threadName + " did not finish its task");
+    }
+
+    @Test
+    void connectTimeoutBoundsAConnectThatCannotComplete() throws Exception {
+        // A listener with backlog 1 that never accepts: once its accept queue is full, Linux drops
+        // further SYNs, so a connect hangs until its timeout (a port nobody listens on refuses at once).
+        try (ServerSocket full = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            List<Socket> fillers = new ArrayList<>();
+            try {
+                boolean hangs = false;
+                for (int i = 0; i < 8 && !hangs; i++) {
+                    Socket s = new Socket();
+                    fillers.add(s);
+                    try {
+                        s.connect(full.getLocalSocketAddress(), 200);
+                    } catch (SocketTimeoutException e) {
+                        hangs = true;
+                    }
+                }
+                Assumptions.assumeTrue(hangs, "connects to a full accept queue do not hang on this system");
+
+                LockingCenter lc = LockingCenter.builder().address("127.0.0.1:" + full.getLocalPort())
+                        .connectTimeout(Duration.ofMillis(300)).build();
+                long start = System.nanoTime();
+                UnreachableException e = assertThrows(UnreachableException.class, () -> lc.lock("k"));
+                long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                assertTrue(ms >= 250 && ms < 3000, "gave up after " + ms + " ms, connect timeout 300 ms");
+                assertInstanceOf(SocketTimeoutException.class, e.getCause());
+            } finally {
+                for (Socket s : fillers) {
+                    try {
+                        s.close();
+                    } catch (IOException ignored) {
+                        // a filler that never connected
+                    }
+                }
+            }
         }
     }
 

@@ -10,16 +10,22 @@ import java.net.SocketTimeoutException;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 
 /**
  * A loopback stand-in for the server: it reads one whole frame per connection, records it, then
- * answers what the responder returns (a byte), closes without answering (CLOSE), or keeps the
- * connection open until the client hangs up (HOLD).
+ * answers what the responder returns (a byte), closes without answering (CLOSE), keeps the
+ * connection open until the client hangs up (HOLD), or waits for the hang-up and only then answers
+ * '+' (GRANT_AFTER_HANG_UP: a grant that crossed the client's hang-up on the wire). Connections are
+ * served one at a time.
  */
 final class FakeServer implements AutoCloseable {
     static final int CLOSE = -1;
     static final int HOLD = -2;
+    static final int GRANT_AFTER_HANG_UP = -3;
+    /** How long after the hang-up GRANT_AFTER_HANG_UP sends its '+': well within Call.HANG_UP_GRACE_MILLIS. */
+    static final int GRANT_DELAY_MILLIS = 200;
 
     final List<byte[]> frames = new CopyOnWriteArrayList<>();
     /** Set when the client closed its side after the frame, before any answer. */
@@ -66,7 +72,10 @@ final class FakeServer implements AutoCloseable {
         frame.write(sourceSize);
         frame.write(in.readNBytes(sourceSize));
         byte[] f = frame.toByteArray();
-        frames.add(f);
+        synchronized (frames) {
+            frames.add(f);
+            frames.notifyAll();
+        }
         // The client must keep its write side open until it has the answer.
         c.setSoTimeout(50);
         boolean eof;
@@ -79,6 +88,23 @@ final class FakeServer implements AutoCloseable {
         received.countDown();
         int answer = responder.apply(f);
         if (answer == CLOSE) {
+            return;
+        }
+        if (answer == GRANT_AFTER_HANG_UP) {
+            c.setSoTimeout(10_000);
+            if (in.read() < 0) {
+                hangUp.countDown();
+                // The grant was on the wire when the client hung up; it lands a little later, once a
+                // client that simply closed its socket is certainly gone (one that only closed its
+                // write side still reads it).
+                try {
+                    Thread.sleep(GRANT_DELAY_MILLIS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+                c.getOutputStream().write('+');
+            }
             return;
         }
         if (answer == HOLD) {
@@ -95,6 +121,21 @@ final class FakeServer implements AutoCloseable {
             return;
         }
         c.getOutputStream().write(answer);
+    }
+
+    /** Waits until {@code n} frames have been received; false if that took longer than {@code millis}. */
+    boolean awaitFrames(int n, long millis) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        synchronized (frames) {
+            while (frames.size() < n) {
+                long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+                if (left <= 0) {
+                    return false;
+                }
+                frames.wait(left);
+            }
+            return true;
+        }
     }
 
     @Override

@@ -107,6 +107,14 @@ namespace LockingCenter
             Key = key;
         }
 
+        // inner: the error of unlocking a grant that came in as the client gave up, or null.
+        internal LockTimeoutException(string key, TimeSpan timeout, Exception inner)
+            : base("gave up waiting for key " + WireFormat.Quote(key) + " after " + (long)timeout.TotalMilliseconds + " ms"
+                   + (inner == null ? "" : "; the lock granted meanwhile could not be unlocked again: " + inner.Message), inner)
+        {
+            Key = key;
+        }
+
         /// <summary>The key that was waited for.</summary>
         public string Key { get; private set; }
     }

@@ -33,14 +33,17 @@ namespace LockingCenter
     /// </summary>
     /// <remarks>
     /// Giving up waiting: pass a timeout, or cancel the <see cref="CancellationToken"/>. Either closes the
-    /// connection, so the server withdraws the waiter. Keys must be 1..127 bytes and sources 0..127 bytes
-    /// once UTF-8 encoded; anything else fails with <see cref="InvalidRequestException"/> before a
-    /// connection is opened.
+    /// connection, so the server withdraws the waiter; a grant that races with giving up is unlocked
+    /// again. Keys must be 1..127 bytes and sources 0..127 bytes once UTF-8 encoded; anything else fails
+    /// with <see cref="InvalidRequestException"/> before a connection is opened.
     /// </remarks>
     public sealed class LockingCenterClient
     {
         /// <summary>The server's default TCP port.</summary>
         public const int DefaultPort = 22119;
+
+        /// <summary>How long a Lock that gave up still reads after its hang-up, for a grant already sent.</summary>
+        private static readonly TimeSpan HangUpGrace = TimeSpan.FromSeconds(2);
 
         private readonly string _host;
         private readonly int _port;
@@ -291,7 +294,9 @@ namespace LockingCenter
         /// <summary>
         /// One request: connect, write the whole frame in one write, read exactly one byte, close. The
         /// write side is never shut down before the answer: the server would take that as a hang-up.
-        /// Cancellation and timeouts close the socket, which is how a waiter is withdrawn.
+        /// Cancellation and timeouts close the socket, which is how a waiter is withdrawn; a waiting Lock
+        /// closes its write side first (<see cref="HangUp"/>), and if a '+' still comes in as it gives
+        /// up, the key is unlocked again before the cancellation or timeout is raised.
         /// </summary>
         private async Task<byte> ExchangeAsync(byte[] frame, string key, bool waits, TimeSpan? lockTimeout, CancellationToken cancellationToken)
         {
@@ -306,46 +311,96 @@ namespace LockingCenter
                 {
                     var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
                     bool connected = false;
+                    int answer = -1; // the byte read; -1 when none was
+                    Exception error = null;
                     try
                     {
                         using (limit.Token.Register(() => socket.Close()))
                         {
-                            try
-                            {
-                                await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
-                                connected = true;
-                                socket.NoDelay = true;
-                                socket.Send(frame);
-                                var buffer = new byte[1];
-                                int n = await Task.Factory.FromAsync(
-                                    (callback, state) => socket.BeginReceive(buffer, 0, 1, SocketFlags.None, callback, state),
-                                    socket.EndReceive, null).ConfigureAwait(false);
-                                if (n == 0)
-                                    throw new UnreachableException("server at " + Address + " closed the connection without an answer", null);
-                                return buffer[0];
-                            }
-                            catch (Exception e) when (!(e is LockingCenterException))
-                            {
-                                if (cancellationToken.IsCancellationRequested)
-                                    throw new OperationCanceledException("request cancelled; the connection was closed", e, cancellationToken);
-                                if (limit.IsCancellationRequested)
-                                {
-                                    if (waits) throw new LockTimeoutException(key, lockTimeout.Value);
-                                    throw new UnreachableException("no answer from " + Address + " within " + (long)_requestTimeout.TotalMilliseconds + " ms", e);
-                                }
-                                if (connected)
-                                    throw new UnreachableException("connection to " + Address + " lost before the answer: " + e.Message, e);
-                                last = e;
-                            }
+                            await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
                         }
+                        connected = true;
+                        using (limit.Token.Register(() => { if (waits) HangUp(socket); else socket.Close(); }))
+                        {
+                            socket.NoDelay = true;
+                            socket.Send(frame);
+                            var buffer = new byte[1];
+                            int n = await Task.Factory.FromAsync(
+                                (callback, state) => socket.BeginReceive(buffer, 0, 1, SocketFlags.None, callback, state),
+                                socket.EndReceive, null).ConfigureAwait(false);
+                            if (n == 1) answer = buffer[0];
+                        }
+                    }
+                    catch (Exception e) when (!(e is LockingCenterException))
+                    {
+                        error = e;
                     }
                     finally
                     {
                         socket.Close();
                     }
+                    // An answer to a request that never waits stands even if the caller gave up meanwhile.
+                    if (answer >= 0 && !(waits && limit.IsCancellationRequested)) return (byte)answer;
+                    if (limit.IsCancellationRequested)
+                        throw await GaveUpAsync(key, waits && answer == WireFormat.Ok, waits, lockTimeout, error, cancellationToken).ConfigureAwait(false);
+                    if (connected)
+                    {
+                        if (error == null)
+                            throw new UnreachableException("server at " + Address + " closed the connection without an answer", null);
+                        throw new UnreachableException("connection to " + Address + " lost before the answer: " + error.Message, error);
+                    }
+                    last = error;
                 }
                 throw new UnreachableException("cannot connect to " + Address + ": " + (last == null ? "no address" : last.Message), last);
             }
+        }
+
+        /// <summary>
+        /// The error for a request given up (cancelled, or past its timeout). When a Lock was granted as it
+        /// gave up, the key is ours though the caller will not get it: it is unlocked again first, and if
+        /// that unlock fails its error becomes the inner exception instead of replacing the cancellation.
+        /// </summary>
+        private async Task<Exception> GaveUpAsync(string key, bool granted, bool waits, TimeSpan? lockTimeout, Exception error, CancellationToken cancellationToken)
+        {
+            string note = "";
+            Exception unlockError = null;
+            if (granted)
+            {
+                try
+                {
+                    await UnlockAsync(key, CancellationToken.None).ConfigureAwait(false);
+                    note = "; the lock granted meanwhile was unlocked again";
+                }
+                catch (LockingCenterException e)
+                {
+                    unlockError = e;
+                    note = "; the lock granted meanwhile could not be unlocked again: " + e.Message;
+                }
+            }
+            if (cancellationToken.IsCancellationRequested)
+                return new OperationCanceledException("request cancelled; the connection was closed" + note, unlockError ?? error, cancellationToken);
+            if (waits)
+                return new LockTimeoutException(key, lockTimeout.Value, unlockError);
+            return new UnreachableException("no answer from " + Address + " within " + (long)_requestTimeout.TotalMilliseconds + " ms", error);
+        }
+
+        /// <summary>
+        /// Hangs up a waiting Lock: shuts down the write side, so the server reads EOF and withdraws the
+        /// waiter, but keeps reading for up to <see cref="HangUpGrace"/> so that a grant that crossed the
+        /// hang-up on the wire is read (and given back) rather than left held; then closes the socket.
+        /// </summary>
+        private static void HangUp(Socket socket)
+        {
+            try
+            {
+                socket.Shutdown(SocketShutdown.Send);
+            }
+            catch (Exception e) when (e is SocketException || e is ObjectDisposedException)
+            {
+                socket.Close();
+                return;
+            }
+            Task.Delay(HangUpGrace).ContinueWith(t => socket.Close(), TaskScheduler.Default);
         }
 
         private async Task ConnectAsync(Socket socket, IPEndPoint endpoint, CancellationToken token)

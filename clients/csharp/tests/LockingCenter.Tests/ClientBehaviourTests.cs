@@ -1,5 +1,8 @@
 using System;
+using System.Collections.Generic;
 using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
 using System.Threading;
 using System.Threading.Tasks;
 using Xunit;
@@ -25,6 +28,54 @@ namespace LockingCenter.Tests
         {
             var client = new LockingCenterClient("no-such-host.invalid:22119");
             await Assert.ThrowsAsync<UnreachableException>(() => client.UnlockAsync("k"));
+        }
+
+        [Fact]
+        public async Task ConnectTimeoutEndsAConnectThatHangs()
+        {
+            // A listener with backlog 1 that never accepts: once its accept queue is full, Linux drops
+            // further SYNs, so a connect to it neither succeeds nor fails until the client gives up.
+            var listener = new TcpListener(IPAddress.Loopback, 0);
+            listener.Start(1);
+            var fillers = new List<TcpClient>();
+            try
+            {
+                int port = ((IPEndPoint)listener.LocalEndpoint).Port;
+                Assert.True(await FillAcceptQueue(port, fillers), "precondition: a connect to a full accept queue does not hang here");
+                var client = new LockingCenterClient(new LockingCenterOptions
+                {
+                    Address = "127.0.0.1:" + port,
+                    ConnectTimeout = TimeSpan.FromMilliseconds(300),
+                });
+                var watch = Stopwatch.StartNew();
+                // The lock timeout is far past the connect timeout: only the connect timeout ends this
+                // early, and a connect that went through would end in LockTimeoutException instead.
+                await Assert.ThrowsAsync<UnreachableException>(() => client.LockAsync("k", TimeSpan.FromSeconds(10)));
+                long ms = watch.ElapsedMilliseconds;
+                Assert.True(ms >= 280 && ms < 3000, "gave up after " + ms + " ms (ConnectTimeout 300 ms, default 5 s)");
+            }
+            finally
+            {
+                foreach (TcpClient filler in fillers) filler.Close();
+                listener.Stop();
+            }
+        }
+
+        /// <summary>
+        /// Connects plain clients to the port until one hangs (true): the accept queue is then full.
+        /// False if a connect failed, or none hung.
+        /// </summary>
+        private static async Task<bool> FillAcceptQueue(int port, List<TcpClient> fillers)
+        {
+            for (int i = 0; i < 8; i++)
+            {
+                var filler = new TcpClient();
+                fillers.Add(filler);
+                Task connect = filler.ConnectAsync(IPAddress.Loopback, port);
+                if (await Task.WhenAny(connect, Task.Delay(500)) != connect) return i > 0;
+                if (connect.IsFaulted) return false;
+            }
+            return false;
         }
 
         [Fact]
@@ -103,6 +154,77 @@ namespace LockingCenter.Tests
                 var client = new LockingCenterClient(fake.Address);
                 await Assert.ThrowsAnyAsync<OperationCanceledException>(() => client.WaitAsync("k", cts.Token));
                 Assert.True(fake.HangUp.Wait(Patience));
+            }
+        }
+
+        [Fact]
+        public async Task GrantAfterCancellingIsUnlockedAgain()
+        {
+            // The server's '+' crosses the client's hang-up on the wire: the key is held on the server,
+            // so the client must give it back (a new connection with an Unlock frame) and still report
+            // the cancellation.
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '+'))
+            using (var cts = new CancellationTokenSource())
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                Task<LockHandle> waiting = client.LockAsync("k", cts.Token);
+                Assert.True(fake.Received.Wait(Patience));
+                cts.Cancel();
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
+                Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
+                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+            }
+        }
+
+        [Fact]
+        public async Task GrantAfterTheLockTimeoutIsUnlockedAgain()
+        {
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '+'))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
+                Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
+                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+            }
+        }
+
+        [Fact]
+        public async Task FailedUnlockOfARacedGrantKeepsTheTimeoutError()
+        {
+            // The unlock of the raced grant is answered '-': the caller still gets the timeout, with the
+            // unlock's error attached rather than dropped.
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '-'))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                var e = await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
+                Assert.True(e.InnerException is RefusedException, "inner: " + e.InnerException);
+                Assert.Equal(2, fake.Frames.Count);
+                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+            }
+        }
+
+        [Fact]
+        public async Task GivingUpWithoutAGrantUnlocksNothing()
+        {
+            // The server withdraws the waiter and closes: nothing is held, so nothing may be unlocked
+            // (an unlock would release whoever holds the key now).
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.Hold : '+'))
+            using (var cts = new CancellationTokenSource())
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                Task<LockHandle> waiting = client.LockAsync("k", cts.Token);
+                Assert.True(fake.Received.Wait(Patience));
+                cts.Cancel();
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
+                await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(200)));
+                // A third request marks the end: every frame before it has arrived.
+                await client.ResetByKeyAsync("k");
+                var frames = fake.Frames;
+                Assert.Equal(3, frames.Count);
+                Assert.Equal((byte)LockAction.Lock, frames[0][0]);
+                Assert.Equal((byte)LockAction.Lock, frames[1][0]);
+                Assert.Equal((byte)LockAction.ResetByKey, frames[2][0]);
             }
         }
 

@@ -9,13 +9,15 @@ namespace LockingCenter.Tests
 {
     /// <summary>
     /// A loopback stand-in for the server: it reads one whole frame per connection, records it, then
-    /// answers what the responder returns (a byte), closes without answering (Close), or keeps the
-    /// connection open until the client hangs up (Hold).
+    /// answers what the responder returns (a byte), closes without answering (Close), keeps the
+    /// connection open until the client hangs up (Hold), or waits for the hang-up and then answers '+'
+    /// anyway (GrantAfterHangUp: a grant that crossed the client's hang-up on the wire).
     /// </summary>
     internal sealed class FakeServer : IDisposable
     {
         public const int Close = -1;
         public const int Hold = -2;
+        public const int GrantAfterHangUp = -3;
 
         private readonly TcpListener _listener;
         private readonly Func<byte[], int> _responder;
@@ -45,6 +47,22 @@ namespace LockingCenter.Tests
         public List<byte[]> Frames
         {
             get { lock (_mu) return new List<byte[]>(_frames); }
+        }
+
+        /// <summary>Waits until at least <paramref name="count"/> frames arrived; false if the time ran out.</summary>
+        public bool WaitForFrames(int count, TimeSpan timeout)
+        {
+            var watch = System.Diagnostics.Stopwatch.StartNew();
+            lock (_mu)
+            {
+                while (_frames.Count < count)
+                {
+                    TimeSpan left = timeout - watch.Elapsed;
+                    if (left <= TimeSpan.Zero) return false;
+                    Monitor.Wait(_mu, left);
+                }
+                return true;
+            }
         }
 
         /// <summary>For each connection: whether the client closed its side before the answer.</summary>
@@ -104,6 +122,7 @@ namespace LockingCenter.Tests
             {
                 _frames.Add(f);
                 _halfClosed.Add(eof);
+                Monitor.PulseAll(_mu);
             }
             Received.Set();
             int answer = _responder(f);
@@ -113,6 +132,12 @@ namespace LockingCenter.Tests
                 // Wait up to 10 s for the client to hang up.
                 if (ClosedWithin(c, 10000000)) HangUp.Set();
                 return;
+            }
+            if (answer == GrantAfterHangUp)
+            {
+                if (!ClosedWithin(c, 10000000)) return;
+                HangUp.Set();
+                answer = '+';
             }
             c.Send(new[] { (byte)answer });
         }

@@ -2,8 +2,9 @@
 //
 // Every call opens one TCP connection, sends one frame, reads the one-byte
 // answer and closes. Lock blocks until the key is granted; cancelling its
-// context closes the connection, and the server withdraws the waiter from
-// the queue, so giving up never leaves a ghost behind.
+// context hangs up, and the server withdraws the waiter from the queue; a
+// grant that crossed the hang-up is unlocked again, so giving up never
+// leaves a ghost behind.
 //
 //	c := client.New("localhost:22119", client.WithSource("billing"))
 //	err := c.Do(ctx, "invoices/2026-11", func() error {
@@ -76,8 +77,8 @@ func (c *Client) Source() string { return c.source }
 
 // Lock waits until key is granted. It returns ErrReset when the server
 // refused (reset while waiting), ErrUnreachable, or ctx's error when ctx
-// ended first; the connection is then closed and the server withdraws the
-// waiter.
+// ended first; the client then hangs up and the server withdraws the
+// waiter, and a grant that crossed the hang-up is unlocked again.
 func (c *Client) Lock(ctx context.Context, key string) error {
 	a, err := c.do(ctx, wire.Lock, key, c.source)
 	if err != nil {
@@ -186,18 +187,48 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 		return 0, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	defer conn.Close()
-	// Closing the connection is how a waiter leaves the queue.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	// Giving up hangs up: the server reads the end of the stream and
+	// withdraws the waiter. Only the write side is closed, so that a grant
+	// the server sent just before it noticed is still read (and given back
+	// below) instead of left held by nobody.
+	stop := context.AfterFunc(ctx, func() {
+		if tc, ok := conn.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(hangUpGrace))
+			return
+		}
+		conn.Close()
+	})
 
 	if _, err := conn.Write(frame); err != nil {
+		stop()
 		return 0, c.broken(ctx, err)
 	}
 	var ans [1]byte
-	if _, err := io.ReadFull(conn, ans[:]); err != nil {
+	_, err = io.ReadFull(conn, ans[:])
+	if !stop() { // given up: whatever was read, the caller gets ctx's error
+		if err == nil && ans[0] == wire.AnswerOK && (a == wire.Lock || a == wire.TryLock) {
+			if uerr := c.giveBack(ctx, key); uerr != nil {
+				return 0, fmt.Errorf("%w; the grant that crossed it could not be given back: %v", ctx.Err(), uerr)
+			}
+		}
+		return 0, ctx.Err()
+	}
+	if err != nil {
 		return 0, c.broken(ctx, err)
 	}
 	return ans[0], nil
+}
+
+// hangUpGrace is how long a request given up still reads after closing
+// its write side. The server closes at once when it reads the hang-up;
+// this bounds the wait for one that does not.
+const hangUpGrace = 2 * time.Second
+
+// giveBack unlocks key, granted as the caller gave up: nobody else would.
+func (c *Client) giveBack(ctx context.Context, key string) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.dialTimeout+hangUpGrace)
+	defer cancel()
+	return c.Unlock(uctx, key)
 }
 
 func (c *Client) broken(ctx context.Context, err error) error {

@@ -207,6 +207,96 @@ func TestCancelWithdrawsWaiter(t *testing.T) {
 	waitQueued(t, table, "k", 0)
 }
 
+// TestGrantCrossingTheHangUp: a scripted server that answers the waiting
+// Lock only after the client gave up, as the real one does when the grant
+// and the hang-up cross on the wire. The client must read that '+' and
+// unlock the key on a new connection, still returning ctx's error; with no
+// grant it must send nothing more.
+func TestGrantCrossingTheHangUp(t *testing.T) {
+	for _, grant := range []bool{true, false} {
+		t.Run(fmt.Sprintf("grant=%v", grant), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames := make(chan wire.Frame, 4)
+			served := make(chan struct{})
+			go func() { // ends when the listener is closed below
+				defer close(served)
+				for i := 0; ; i++ {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					f, err := readFrame(c)
+					if err != nil {
+						t.Errorf("fake server: %v", err)
+						c.Close()
+						return
+					}
+					frames <- f
+					if i == 0 {
+						_, _ = io.Copy(io.Discard, c) // a waiter until the client hangs up
+						if grant {
+							_, _ = c.Write([]byte{wire.AnswerOK})
+						}
+					} else {
+						_, _ = c.Write([]byte{wire.AnswerOK})
+					}
+					c.Close()
+				}
+			}()
+			defer func() { l.Close(); <-served }()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- client.New(l.Addr().String()).Lock(ctx, "k") }()
+			if f := <-frames; f.Action != wire.Lock || f.Key != "k" {
+				t.Fatalf("first frame %+v, want Lock k", f)
+			}
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) || err.Error() != context.Canceled.Error() {
+				t.Fatalf("cancelled Lock = %v, want just context.Canceled", err)
+			}
+			// The give-back, if any, was answered before Lock returned.
+			select {
+			case f := <-frames:
+				if !grant {
+					t.Fatalf("sent %+v after giving up with no grant", f)
+				}
+				if f.Action != wire.Unlock || f.Key != "k" {
+					t.Fatalf("after the crossing grant: %+v, want Unlock k", f)
+				}
+			default:
+				if grant {
+					t.Fatal("the grant that crossed the hang-up was not unlocked again")
+				}
+			}
+		})
+	}
+}
+
+// readFrame reads one whole frame from c.
+func readFrame(c net.Conn) (wire.Frame, error) {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var buf []byte
+	b := make([]byte, 1)
+	for {
+		f, _, err := wire.Decode(buf)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, wire.ErrShort) {
+			return f, err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return f, err
+		}
+		buf = append(buf, b[0])
+	}
+}
+
 func TestResetWhileWaiting(t *testing.T) {
 	addr, table := serve(t)
 	ctx := context.Background()

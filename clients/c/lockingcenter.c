@@ -26,6 +26,8 @@
 
 #define LC_DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define LC_DEFAULT_IO_TIMEOUT_MS 10000
+/* How long a call that gives up reads on for an answer already under way. */
+#define LC_GIVE_UP_GRACE_MS 2000
 
 /* No deadline. */
 #define NO_DEADLINE INT64_MAX
@@ -366,9 +368,39 @@ static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel
 }
 
 /*
+ * Hangs up on a request whose frame was sent, for reason why (timeout,
+ * cancel). Closing outright would discard a '+' the server sent just before
+ * it noticed the hang-up, leaving the key held by nobody. So: shut down the
+ * write side (the server reads EOF, withdraws the waiter and closes), then
+ * read until that close, for at most LC_GIVE_UP_GRACE_MS. An answer that
+ * arrives meanwhile is the call's answer (LC_OK with *answer set); else why.
+ */
+static lc_err give_up(int fd, lc_err why, uint8_t *answer) {
+    int saved = errno;
+    lc_err result = why;
+    shutdown(fd, SHUT_WR);
+    int64_t deadline = now_ms() + LC_GIVE_UP_GRACE_MS;
+    /* No cancel token here: it stays triggered. */
+    while (wait_fd(fd, POLLIN, deadline, NULL) == LC_OK) {
+        ssize_t n = recv(fd, answer, 1, 0);
+        if (n == 1) {
+            result = LC_OK;
+            break;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+            continue;
+        }
+        break; /* EOF or error: the server withdrew the waiter */
+    }
+    close(fd);
+    errno = saved;
+    return result;
+}
+
+/*
  * One request: connect, write the frame in one write, read one byte, close.
  * timeout_ms bounds the whole call (0: no limit). On timeout or cancel the
- * socket is closed, which withdraws a waiting lock on the server.
+ * client hangs up (give_up), which withdraws a waiting lock on the server.
  */
 static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, int timeout_ms,
                         const lc_cancel *cancel, uint8_t *answer) {
@@ -410,13 +442,8 @@ static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, in
     for (;;) {
         e = wait_fd(fd, POLLIN, deadline, cancel);
         if (e != LC_OK) {
-            /* Giving up. If the answer has just arrived, it still counts: a
-             * granted key must not be reported as not granted. */
-            int saved = errno;
-            ssize_t n = recv(fd, answer, 1, 0);
-            close(fd);
-            errno = saved;
-            return n == 1 ? LC_OK : e;
+            /* A granted key must not be reported as not granted. */
+            return give_up(fd, e, answer);
         }
         ssize_t n = recv(fd, answer, 1, 0);
         if (n == 1) {

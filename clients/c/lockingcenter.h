@@ -8,7 +8,9 @@
  *
  * Every call connects, writes the whole frame in one write, reads exactly one
  * byte and closes the socket. Giving up on a waiting lock (timeout or cancel
- * token) closes the socket, which makes the server withdraw the waiter.
+ * token) shuts down the socket's write side, which makes the server withdraw
+ * the waiter, and reads on for up to 2 s: a grant that crossed the hang-up is
+ * returned as LC_OK (the key is then held) instead of being lost.
  *
  * Thread safety: an lc_client is read-only once lc_client_init has returned,
  * and every call uses its own socket, so one lc_client may be shared by any
@@ -102,10 +104,11 @@ lc_err lc_client_init(lc_client *c, const char *address, const char *source);
 
 /*
  * A cancel token: a pipe polled beside the socket. Triggering it makes every
- * lc_lock / lc_wait using it give up at once with LC_ERR_CANCELED (closing
- * its socket, so the server withdraws the waiter). It stays triggered, and
- * later calls with it fail at once, until lc_cancel_reset. Pass a token to
- * a call only after lc_cancel_init succeeded (a zeroed struct is not a token).
+ * lc_lock / lc_wait using it give up with LC_ERR_CANCELED (hanging up, so the
+ * server withdraws the waiter; a grant already on its way gives LC_OK
+ * instead, see above). It stays triggered, and later calls with it fail at
+ * once, until lc_cancel_reset. Pass a token to a call only after
+ * lc_cancel_init succeeded (a zeroed struct is not a token).
  */
 typedef struct lc_cancel {
     int fds[2];

@@ -102,14 +102,18 @@ static json *load_vectors(void) {
 
 /* ---- fake server ------------------------------------------------------ */
 
-enum { FAKE_CLOSE = -1, FAKE_HOLD = -2 };
+/* FAKE_GRANT_AFTER_EOF: as FAKE_HOLD, then answers '+' 150 ms after the EOF,
+ * like a server that granted the key just before it noticed the hang-up. */
+enum { FAKE_CLOSE = -1, FAKE_HOLD = -2, FAKE_GRANT_AFTER_EOF = -3 };
 
 typedef struct {
     int lfd, port;
-    int answer;        /* byte to answer, FAKE_CLOSE, or FAKE_HOLD (until EOF) */
+    int answer;        /* byte to answer, FAKE_CLOSE, FAKE_HOLD (until EOF) or FAKE_GRANT_AFTER_EOF */
     uint8_t got[512];
     size_t got_len;
-    int saw_eof;       /* FAKE_HOLD: the client closed its socket */
+    int saw_eof;       /* FAKE_HOLD, FAKE_GRANT_AFTER_EOF: the client hung up */
+    int sent_grant;    /* FAKE_GRANT_AFTER_EOF: the '+' was written */
+    int extra_conn;    /* set by fake_stop: a second connection was waiting (e.g. an Unlock) */
     pthread_t th;
 } fake_server;
 
@@ -130,10 +134,15 @@ static void *fake_run(void *arg) {
     if (f->answer >= 0) {
         uint8_t b = (uint8_t)f->answer;
         send(fd, &b, 1, 0);
-    } else if (f->answer == FAKE_HOLD) {
+    } else if (f->answer == FAKE_HOLD || f->answer == FAKE_GRANT_AFTER_EOF) {
         uint8_t b;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 5000) > 0 && recv(fd, &b, 1, 0) == 0) f->saw_eof = 1;
+        if (f->saw_eof && f->answer == FAKE_GRANT_AFTER_EOF) {
+            sleep_ms(150);
+            b = '+';
+            f->sent_grant = send(fd, &b, 1, MSG_NOSIGNAL) == 1;
+        }
     }
     close(fd);
     return NULL;
@@ -157,6 +166,10 @@ static void fake_start(fake_server *f, int answer, lc_client *c, const char *sou
 
 static void fake_stop(fake_server *f) {
     pthread_join(f->th, NULL);
+    /* The calls are synchronous: any further connection the client made
+     * (an Unlock) is already in the listen queue by now. */
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    f->extra_conn = poll(&p, 1, 0) > 0;
     close(f->lfd);
 }
 
@@ -550,6 +563,62 @@ static int test_fake_cancel_closes(void) {
     return failures ? 1 : 0;
 }
 
+/* A lock gives up (timeout or token) while the server's '+' is on its way:
+ * the client hangs up, the fake notices the EOF, and 150 ms later the grant
+ * arrives. The call must return it (LC_OK: the caller holds the key) rather
+ * than drop a key the server handed over. */
+static int late_grant_case(bool by_cancel) {
+    fake_server f;
+    lc_client c;
+    lc_cancel tok;
+    CHECK_ERR(lc_cancel_init(&tok), LC_OK);
+    fake_start(&f, FAKE_GRANT_AFTER_EOF, &c, NULL);
+    lc_err e;
+    if (by_cancel) {
+        pthread_t th;
+        pthread_create(&th, NULL, trigger_later, &tok);
+        e = lc_lock(&c, "k", 0, &tok);
+        pthread_join(th, NULL);
+    } else {
+        e = lc_lock(&c, "k", 150, NULL);
+    }
+    fake_stop(&f);
+    CHECK(f.saw_eof);
+    CHECK(f.sent_grant);
+    CHECK_ERR(e, LC_OK);
+    CHECK(!f.extra_conn);
+    lc_cancel_destroy(&tok);
+    return failures ? 1 : 0;
+}
+
+static int test_late_grant_on_timeout(void) { return late_grant_case(false); }
+static int test_late_grant_on_cancel(void) { return late_grant_case(true); }
+
+/* Giving up with no grant on the way: the fake closes on EOF without an
+ * answer; the call reports the timeout / cancel and connects nowhere else. */
+static int test_give_up_without_grant(void) {
+    fake_server f;
+    lc_client c;
+    fake_start(&f, FAKE_HOLD, &c, NULL);
+    CHECK_ERR(lc_lock(&c, "k", 150, NULL), LC_ERR_TIMEOUT);
+    fake_stop(&f);
+    CHECK(f.saw_eof);
+    CHECK(!f.extra_conn);
+
+    lc_cancel tok;
+    CHECK_ERR(lc_cancel_init(&tok), LC_OK);
+    fake_start(&f, FAKE_HOLD, &c, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, trigger_later, &tok);
+    CHECK_ERR(lc_lock(&c, "k", 0, &tok), LC_ERR_CANCELED);
+    pthread_join(th, NULL);
+    fake_stop(&f);
+    CHECK(f.saw_eof);
+    CHECK(!f.extra_conn);
+    lc_cancel_destroy(&tok);
+    return failures ? 1 : 0;
+}
+
 /* ---- conformance against the real server ------------------------------ */
 
 static int test_lock_unlock(void) {
@@ -755,6 +824,9 @@ static const struct {
     {"closed_without_answer", test_fake_closed_without_answer},
     {"timeout_closes_socket", test_fake_timeout_closes},
     {"cancel_closes_socket", test_fake_cancel_closes},
+    {"late_grant_on_timeout", test_late_grant_on_timeout},
+    {"late_grant_on_cancel", test_late_grant_on_cancel},
+    {"give_up_without_grant", test_give_up_without_grant},
     {"lock_unlock", test_lock_unlock},
     {"trylock_held", test_trylock_held},
     {"fifo", test_fifo},

@@ -7,7 +7,9 @@
 //
 // Every call connects, writes the whole frame in one write, reads exactly one
 // byte and closes the socket. Giving up on a waiting lock (timeout or
-// cancel_token) closes the socket, and the server withdraws the waiter.
+// cancel_token) shuts down the socket's write side, so the server withdraws
+// the waiter, and reads on for up to 2 s: a grant that crossed the hang-up
+// makes the call succeed (the key is then held) instead of being lost.
 //
 // Thread safety: a client holds only its address, source and timeouts and
 // never changes after construction; every call opens its own socket, so one
@@ -413,6 +415,25 @@ private:
 
     std::string where() const { return host_.find(':') != std::string::npos ? "[" + host_ + "]:" + port_ : host_ + ":" + port_; }
 
+    // Hangs up on a request whose frame was sent. Closing outright would
+    // discard a '+' the server sent just before it noticed the hang-up,
+    // leaving the key held by nobody. So: shut down the write side (the
+    // server reads EOF, withdraws the waiter and closes), then read until
+    // that close, for at most 2 s. Returns an answer that arrived meanwhile.
+    static std::optional<char> give_up(int fd) {
+        ::shutdown(fd, SHUT_WR);
+        auto deadline = clock::now() + std::chrono::seconds(2);
+        // No cancel token here: it stays cancelled.
+        while (wait_fd(fd, POLLIN, deadline, nullptr) == 0) {
+            char answer = 0;
+            ssize_t n = ::recv(fd, &answer, 1, 0);
+            if (n == 1) return answer;
+            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+            break;  // EOF or error: the server withdrew the waiter
+        }
+        return std::nullopt;
+    }
+
     [[noreturn]] static void gave_up(int why, const std::string& ctx) {
         if (why == 2) throw canceled_error(ctx + ": canceled");
         throw timeout_error(ctx + ": timed out");
@@ -519,10 +540,8 @@ private:
             int w = wait_fd(fd.get(), POLLIN, deadline, cancel);
             char answer = 0;
             if (w != 0) {
-                // Giving up. An answer that has just arrived still counts: a
-                // granted key must not be reported as not granted.
-                if (::recv(fd.get(), &answer, 1, 0) == 1) return answer;
-                fd.reset();  // closing withdraws the waiter
+                // Giving up: a granted key must not be reported as not granted.
+                if (auto late = give_up(fd.get())) return *late;
                 gave_up(w, ctx);
             }
             ssize_t n = ::recv(fd.get(), &answer, 1, 0);

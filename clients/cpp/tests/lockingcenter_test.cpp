@@ -224,6 +224,63 @@ TEST(FakeServer, CancelFromAnotherThreadClosesTheSocket) {
     EXPECT_THROW(dead.lock("k", tok), lc::unreachable_error);
 }
 
+// A lock gives up (timeout or token) while the server's '+' is on its way:
+// the client hangs up, the fake notices the EOF and 150 ms later the grant
+// arrives. The call must succeed (the caller holds the key) rather than
+// drop a key the server handed over, and connect nowhere else.
+TEST(FakeServer, LateGrantOnTimeoutIsReturned) {
+    support::fake_server f(-3);
+    lc::client c(f.address());
+    EXPECT_NO_THROW(c.lock("k", 150ms));
+    f.join();
+    EXPECT_TRUE(f.saw_eof);
+    EXPECT_TRUE(f.sent_grant);
+    EXPECT_FALSE(f.extra_connection());
+}
+
+TEST(FakeServer, LateGrantOnCancelIsReturned) {
+    support::fake_server f(-3);
+    lc::client c(f.address());
+    lc::cancel_token tok;
+    std::thread t([tok] {
+        std::this_thread::sleep_for(100ms);
+        tok.cancel();
+    });
+    EXPECT_NO_THROW(c.lock("k", tok));
+    t.join();
+    f.join();
+    EXPECT_TRUE(f.saw_eof);
+    EXPECT_TRUE(f.sent_grant);
+    EXPECT_FALSE(f.extra_connection());
+}
+
+// Giving up with no grant on the way (the fake closes on EOF without an
+// answer): timeout_error / canceled_error, and no other connection.
+TEST(FakeServer, GiveUpWithoutGrantSendsNothing) {
+    {
+        support::fake_server f(-2);
+        lc::client c(f.address());
+        EXPECT_THROW(c.lock("k", 150ms), lc::timeout_error);
+        f.join();
+        EXPECT_TRUE(f.saw_eof);
+        EXPECT_FALSE(f.extra_connection());
+    }
+    {
+        support::fake_server f(-2);
+        lc::client c(f.address());
+        lc::cancel_token tok;
+        std::thread t([tok] {
+            std::this_thread::sleep_for(100ms);
+            tok.cancel();
+        });
+        EXPECT_THROW(lc::scoped_lock(c, "k", tok), lc::canceled_error);
+        t.join();
+        f.join();
+        EXPECT_TRUE(f.saw_eof);
+        EXPECT_FALSE(f.extra_connection());
+    }
+}
+
 // ---- conformance against the real server ------------------------------------------
 
 class Server : public ::testing::Test {

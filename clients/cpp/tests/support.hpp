@@ -223,8 +223,10 @@ inline std::string dead_address() {
 }
 
 /// Accepts one connection, reads one frame, then answers a byte, closes
-/// without answering (answer = -1), or holds until the client hangs up
-/// (answer = -2, sets saw_eof).
+/// without answering (answer = -1), holds until the client hangs up
+/// (answer = -2, sets saw_eof), or holds until the client hangs up and
+/// answers '+' 150 ms later (answer = -3, a grant that crossed the hang-up;
+/// sets saw_eof and sent_grant).
 class fake_server {
 public:
     explicit fake_server(int answer) : answer_(answer) {
@@ -239,8 +241,16 @@ public:
     void join() {
         if (thread_.joinable()) thread_.join();
     }
+    /// After join(): true when a second connection (e.g. an unlock) is
+    /// waiting to be accepted. Calls are synchronous, so once the call has
+    /// returned any such connection is already queued.
+    bool extra_connection() const {
+        pollfd p{lfd_, POLLIN, 0};
+        return ::poll(&p, 1, 0) > 0;
+    }
     std::vector<std::uint8_t> got;
     std::atomic<bool> saw_eof{false};
+    std::atomic<bool> sent_grant{false};
 
 private:
     void run() {
@@ -259,10 +269,15 @@ private:
         if (answer_ >= 0) {
             char b = static_cast<char>(answer_);
             ::send(fd, &b, 1, 0);
-        } else if (answer_ == -2) {
+        } else if (answer_ == -2 || answer_ == -3) {
             pollfd p{fd, POLLIN, 0};
             char b;
             if (::poll(&p, 1, 5000) > 0 && ::recv(fd, &b, 1, 0) == 0) saw_eof = true;
+            if (saw_eof && answer_ == -3) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(150));
+                b = '+';
+                sent_grant = ::send(fd, &b, 1, MSG_NOSIGNAL) == 1;
+            }
         }
         ::close(fd);
     }

@@ -9,13 +9,16 @@
 //
 // Sizes are signed bytes (0..127). The answer is one byte: '+' success,
 // '-' failure, '#' try-lock not won. The client connects, writes the frame
-// in one write, reads one byte and closes; it never half-closes first,
+// in one write, reads one byte and closes; it half-closes only to give up,
 // because the server takes EOF as a hang-up.
 
 import net from 'node:net';
 
 export const DEFAULT_PORT = 22119;
 export const MAX_FIELD_BYTES = 127;
+
+// How long a request given up still reads after closing its write side (ms).
+const HANG_UP_GRACE_MS = 2000;
 
 /** Action numbers of the wire protocol. */
 export const Action = Object.freeze({
@@ -306,20 +309,41 @@ export class Client {
       }
       let settled = false;
       let connected = false;
+      let sent = false;
+      let givenUp = null; // { error, own } once the caller gave up after the frame went out
+      let graceTimer;
       const socket = net.createConnection({ host: this.#host, port: this.#port, noDelay: true });
 
       const settle = () => {
         settled = true;
         clearTimeout(connectTimer);
         clearTimeout(answerTimer);
+        clearTimeout(graceTimer);
         signal?.removeEventListener('abort', onAbort);
-        // Closing is what withdraws a waiter on the server.
         socket.destroy();
       };
       const fail = (err) => {
         if (settled) return;
         settle();
-        reject(err);
+        reject(givenUp ? givenUp.error : err);
+      };
+      // Giving up hangs up: the server reads EOF and withdraws the waiter. Once
+      // a Lock or TryLock frame went out, only the write side is closed, so a
+      // '+' sent just before the server noticed is still read (and given back
+      // on 'data'), for at most HANG_UP_GRACE_MS.
+      // own: err is this request's own error (a timeout), not the caller's
+      // abort reason, so a failed give-back may be chained to it as its cause.
+      const giveUp = (err, own) => {
+        if (settled || givenUp) return;
+        if (!sent || (frame[0] !== Action.LOCK && frame[0] !== Action.TRY_LOCK)) {
+          fail(err);
+          return;
+        }
+        givenUp = { error: err, own };
+        clearTimeout(answerTimer);
+        signal?.removeEventListener('abort', onAbort);
+        socket.end();
+        graceTimer = setTimeout(() => fail(err), HANG_UP_GRACE_MS);
       };
       const connectTimer = setTimeout(
         () => fail(new UnreachableError(`connecting to ${address} timed out after ${this.connectTimeout} ms`)),
@@ -330,26 +354,38 @@ export class Client {
           ? undefined
           : setTimeout(
               () =>
-                fail(
+                giveUp(
                   waiting
                     ? new LockTimeoutError(`not granted within ${limit} ms`)
                     : new UnreachableError(`no answer from ${address} within ${limit} ms`),
+                  true,
                 ),
               limit,
             );
 
-      const onAbort = () => fail(signal.reason);
+      const onAbort = () => giveUp(signal.reason, false);
       signal?.addEventListener('abort', onAbort, { once: true });
 
       socket.once('connect', () => {
         connected = true;
         clearTimeout(connectTimer);
         socket.write(frame);
+        sent = true;
       });
       socket.on('data', (chunk) => {
         if (settled) return;
         settle();
-        resolve(chunk[0]);
+        if (!givenUp) resolve(chunk[0]);
+        else if (chunk[0] !== Answer.OK) reject(givenUp.error);
+        else {
+          // Granted as the caller gave up: nobody else would unlock the key.
+          const unlock = Buffer.from(frame); // same key and source
+          unlock[0] = Action.UNLOCK;
+          this.#expectOk(unlock, 'unlock of a key granted as the request gave up').then(
+            () => reject(givenUp.error),
+            (err) => reject(gaveBackFailed(givenUp, err)),
+          );
+        }
       });
       socket.on('error', (err) => {
         fail(
@@ -365,6 +401,24 @@ export class Client {
       socket.once('close', () => fail(new UnreachableError(`${address} closed the connection without an answer`)));
     });
   }
+}
+
+/**
+ * The error of a give-up whose crossing grant could not be unlocked again: the
+ * client's own timeout error gets the unlock's error as its `cause`; the
+ * caller's abort reason is never modified (other requests may share the
+ * signal), so the unlock's error is reported as a process warning instead.
+ */
+function gaveBackFailed(givenUp, cause) {
+  if (givenUp.own) {
+    Object.defineProperty(givenUp.error, 'cause', { value: cause, writable: true, configurable: true });
+  } else {
+    process.emitWarning(`a key granted as its request was aborted could not be unlocked again: ${cause.message}`, {
+      type: 'LockingCenterWarning',
+      detail: String(cause),
+    });
+  }
+  return givenUp.error;
 }
 
 async function runHeld(held, fn) {

@@ -245,3 +245,156 @@ test('a connect that hangs is unreachable after connectTimeout', async () => {
     child.kill();
   }
 });
+
+/**
+ * A Lock or TryLock given up mid-flight. The first connection's frame is
+ * read, then the fake waits for the client to hang up (EOF) and, with
+ * `grant`, sends '+' 150 ms later, as a grant the server sent just before it
+ * noticed the hang-up would arrive; without `grant` it closes unanswered, as
+ * the server does. Later connections (a client giving the key back) are
+ * recorded and answered `later`.
+ */
+class HangUpServer {
+  frame = null;
+  laterFrames = [];
+
+  constructor(grant, later = answers['+']) {
+    this.grant = grant;
+    this.later = later;
+    this.gotFrame = new Promise((resolve) => (this.onFrame = resolve));
+    this.hungUp = new Promise((resolve) => (this.onHangUp = resolve));
+  }
+
+  async start() {
+    this.server = net.createServer({ allowHalfOpen: true }, (conn) => this.#serve(conn));
+    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.address = `127.0.0.1:${this.server.address().port}`;
+    return this;
+  }
+
+  #serve(conn) {
+    let buf = Buffer.alloc(0);
+    let role = null; // 'first' or 'later', once the frame is in
+    conn.on('error', () => {}); // a client that closed outright resets the grant
+    conn.on('data', (chunk) => {
+      if (role !== null) return;
+      buf = Buffer.concat([buf, chunk]);
+      if (buf.length < 2 || buf.length < 3 + buf[1] || buf.length < 3 + buf[1] + buf[2 + buf[1]]) return;
+      if (this.frame === null) {
+        role = 'first';
+        this.frame = buf.toString('hex');
+        this.onFrame();
+      } else {
+        role = 'later';
+        this.laterFrames.push(buf.toString('hex'));
+        conn.end(this.later);
+      }
+    });
+    conn.on('close', () => role === 'first' && this.onHangUp()); // closed outright, with a reset
+    conn.on('end', () => {
+      if (role !== 'first') return;
+      this.onHangUp();
+      if (!this.grant) conn.destroy();
+      else setTimeout(() => conn.end(answers['+']), 150);
+    });
+  }
+
+  close() {
+    return new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+/** The error the promise rejects with; fails the test if it resolves. */
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  assert.fail('the give-up resolved');
+}
+
+// Each gives up a Lock (or TryLock) one way and resolves to the error it got.
+const giveUps = {
+  'timeout option': async (fake) => {
+    const err = await rejection(new Client({ address: fake.address, source: 'svc-a' }).lock('abc', { timeout: 300 }));
+    assert.ok(err instanceof LockTimeoutError, String(err));
+    return err;
+  },
+  'signal aborted': async (fake) => {
+    const ac = new AbortController();
+    const reason = new Error('stop');
+    fake.gotFrame.then(() => ac.abort(reason));
+    const err = await rejection(new Client({ address: fake.address, source: 'svc-a' }).lock('abc', { signal: ac.signal }));
+    assert.equal(err, reason);
+    return err;
+  },
+  'AbortSignal.timeout': async (fake) => {
+    const signal = AbortSignal.timeout(300);
+    const err = await rejection(new Client({ address: fake.address, source: 'svc-a' }).wait('abc', { signal }));
+    assert.equal(err, signal.reason);
+    assert.equal(err.name, 'TimeoutError');
+    return err;
+  },
+  'tryLock past ioTimeout': async (fake) => {
+    const client = new Client({ address: fake.address, source: 'svc-a', ioTimeout: 300 });
+    const err = await rejection(client.tryLock('abc'));
+    assert.ok(err instanceof UnreachableError, String(err));
+    return err;
+  },
+};
+
+describe('giving up', () => {
+  for (const [how, giveUp] of Object.entries(giveUps)) {
+    test(`${how}: a grant that crossed the hang-up is unlocked again`, async () => {
+      const fake = await new HangUpServer(true).start();
+      try {
+        await giveUp(fake);
+        await fake.hungUp;
+        assert.ok(['01', '05'].includes(fake.frame.slice(0, 2)));
+        // Given back before the promise rejected: an Unlock of the same key and source.
+        assert.deepEqual(fake.laterFrames, [`02${fake.frame.slice(2)}`]);
+      } finally {
+        await fake.close();
+      }
+    });
+
+    test(`${how}: no grant, no unlock`, async () => {
+      const fake = await new HangUpServer(false).start();
+      try {
+        const started = Date.now();
+        await giveUp(fake);
+        await fake.hungUp;
+        assert.deepEqual(fake.laterFrames, []);
+        // The fake closed on the hang-up: the client need not sit out its 2 s grace.
+        assert.ok(Date.now() - started < 1500);
+      } finally {
+        await fake.close();
+      }
+    });
+
+    test(`${how}: a failed unlock does not replace the error`, async () => {
+      const fake = await new HangUpServer(true, answers['-']).start(); // the give-back is refused
+      const warnings = [];
+      const onWarning = (w) => warnings.push(w);
+      process.on('warning', onWarning);
+      try {
+        const err = await giveUp(fake); // still the give-up's own error...
+        assert.deepEqual(fake.laterFrames, [`02${fake.frame.slice(2)}`]);
+        if (how.startsWith('signal') || how.startsWith('AbortSignal')) {
+          // ...the caller's abort reason untouched, the unlock's error a warning
+          assert.equal(err.cause, undefined);
+          await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on the next tick
+          assert.equal(warnings.length, 1, String(warnings));
+          assert.equal(warnings[0].name, 'LockingCenterWarning');
+        } else {
+          assert.ok(err.cause instanceof RefusedError, String(err.cause)); // ...with the unlock's as its cause
+          assert.deepEqual(warnings, []);
+        }
+      } finally {
+        process.off('warning', onWarning);
+        await fake.close();
+      }
+    });
+  }
+});

@@ -3,6 +3,7 @@
 import asyncio
 import socket
 import threading
+import time
 
 import pytest
 
@@ -10,6 +11,7 @@ from locking_center import (
     AsyncClient,
     Client,
     InvalidRequestError,
+    LockCancelledError,
     LockTimeoutError,
     NotWonError,
     ProtocolError,
@@ -21,6 +23,24 @@ from locking_center import (
 from conftest import load_vectors, unused_address
 
 ANSWERS = {a["char"]: bytes.fromhex(a["hex"]) for a in load_vectors()["answers"]}
+
+
+def read_frame(conn):
+    """Read one request frame from ``conn``; EOFError if the client hangs up first."""
+    buf = b""
+
+    def need(n):
+        nonlocal buf
+        while len(buf) < n:
+            chunk = conn.recv(256)
+            if not chunk:
+                raise EOFError
+            buf += chunk
+
+    need(2)
+    need(2 + buf[1] + 1)
+    need(2 + buf[1] + 1 + buf[2 + buf[1]])
+    return buf
 
 
 class FakeServer:
@@ -35,22 +55,6 @@ class FakeServer:
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
-    def _read_frame(self, conn):
-        buf = b""
-
-        def need(n):
-            nonlocal buf
-            while len(buf) < n:
-                chunk = conn.recv(256)
-                if not chunk:
-                    raise EOFError
-                buf += chunk
-
-        need(2)
-        need(2 + buf[1] + 1)
-        need(2 + buf[1] + 1 + buf[2 + buf[1]])
-        return buf
-
     def _serve(self):
         while True:
             try:
@@ -59,7 +63,7 @@ class FakeServer:
                 return
             with conn:
                 try:
-                    self.frames.append(self._read_frame(conn))
+                    self.frames.append(read_frame(conn))
                 except EOFError:
                     continue
                 conn.settimeout(0.05)
@@ -242,3 +246,178 @@ def test_connect_timeout_is_unreachable():
         for s in fillers:
             s.close()
         srv.close()
+
+
+class HangUpServer:
+    """A Lock or TryLock given up mid-flight.
+
+    The first connection's frame is read, then the fake waits for the client
+    to hang up (EOF) and, with ``grant``, sends '+' 150 ms later, as a grant
+    the server sent just before it noticed the hang-up would arrive; without
+    ``grant`` it closes unanswered, as the server does.  Later connections
+    (a client giving the key back) are recorded and answered ``later``.
+    """
+
+    def __init__(self, grant, later=b"+"):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.grant = grant
+        self.later = later
+        self.frame = None
+        self.got_frame = threading.Event()
+        self.hung_up = threading.Event()
+        self.later_frames = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                try:
+                    frame = read_frame(conn)
+                except (EOFError, OSError):
+                    continue
+                if self.frame is not None:
+                    self.later_frames.append(frame)
+                    conn.sendall(self.later)
+                    continue
+                self.frame = frame
+                self.got_frame.set()
+                try:
+                    if conn.recv(1) != b"":
+                        continue  # bytes after the frame: not a hang-up
+                except ConnectionResetError:
+                    pass  # closed outright: a hang-up too
+                except OSError:
+                    continue
+                self.hung_up.set()
+                if self.grant:
+                    time.sleep(0.15)
+                    try:
+                        conn.sendall(b"+")
+                    except OSError:
+                        pass  # the client closed outright: the grant is lost
+
+    def close(self):
+        self.sock.close()
+
+
+def _run_cancelled(fake, make_coro):
+    """Start the coroutine as a task, cancel it once the fake has its frame."""
+
+    async def main():
+        task = asyncio.create_task(make_coro())
+        assert await asyncio.to_thread(fake.got_frame.wait, 5), "no frame reached the fake"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as info:
+            await task
+        return info.value
+
+    return asyncio.run(main())
+
+
+def _raised(expected, fn):
+    with pytest.raises(expected) as info:
+        fn()
+    return info.value
+
+
+def give_up_sync_timeout(fake):
+    return _raised(LockTimeoutError, lambda: Client(fake.address, source="svc-a").lock("abc", timeout=0.3))
+
+
+def give_up_sync_cancel(fake):
+    cancel = threading.Event()
+    threading.Thread(target=lambda: fake.got_frame.wait(5) and cancel.set(), daemon=True).start()
+    return _raised(LockCancelledError, lambda: Client(fake.address, source="svc-a").lock("abc", cancel=cancel))
+
+
+def give_up_sync_try_lock_io_timeout(fake):
+    return _raised(UnreachableError, lambda: Client(fake.address, source="svc-a", io_timeout=0.3).try_lock("abc"))
+
+
+def give_up_async_timeout(fake):
+    client = AsyncClient(fake.address, source="svc-a")
+    return _raised(LockTimeoutError, lambda: asyncio.run(client.lock("abc", timeout=0.3)))
+
+
+def give_up_async_wait_for(fake):
+    client = AsyncClient(fake.address, source="svc-a")
+    return _raised(asyncio.TimeoutError, lambda: asyncio.run(asyncio.wait_for(client.lock("abc"), 0.3)))
+
+
+def give_up_async_task_cancel(fake):
+    return _run_cancelled(fake, lambda: AsyncClient(fake.address, source="svc-a").lock("abc"))
+
+
+def give_up_async_try_lock_cancel(fake):
+    return _run_cancelled(fake, lambda: AsyncClient(fake.address, source="svc-a").try_lock("abc"))
+
+
+def give_up_async_try_lock_io_timeout(fake):
+    client = AsyncClient(fake.address, source="svc-a", io_timeout=0.3)
+    return _raised(UnreachableError, lambda: asyncio.run(client.try_lock("abc")))
+
+
+GIVE_UPS = [
+    give_up_sync_timeout,
+    give_up_sync_cancel,
+    give_up_sync_try_lock_io_timeout,
+    give_up_async_timeout,
+    give_up_async_wait_for,
+    give_up_async_task_cancel,
+    give_up_async_try_lock_cancel,
+    give_up_async_try_lock_io_timeout,
+]
+GIVE_UP_IDS = [f.__name__[len("give_up_") :] for f in GIVE_UPS]
+
+
+@pytest.fixture
+def hang_up_server():
+    servers = []
+
+    def make(grant, later=b"+"):
+        servers.append(HangUpServer(grant, later))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize("give_up", GIVE_UPS, ids=GIVE_UP_IDS)
+def test_give_up_unlocks_a_grant_that_crossed_the_hang_up(hang_up_server, give_up):
+    fake = hang_up_server(grant=True)
+    give_up(fake)
+    assert fake.hung_up.wait(5), "the fake never saw the client hang up"
+    assert fake.frame[0] in (1, 5)
+    # Given back before the error was raised: an Unlock of the same key and source.
+    assert fake.later_frames == [b"\x02" + fake.frame[1:]]
+
+
+@pytest.mark.parametrize("give_up", GIVE_UPS, ids=GIVE_UP_IDS)
+def test_give_up_without_a_grant_sends_no_unlock(hang_up_server, give_up):
+    fake = hang_up_server(grant=False)
+    started = time.monotonic()
+    give_up(fake)
+    assert fake.hung_up.wait(5), "the fake never saw the client hang up"
+    assert fake.later_frames == []
+    # The fake closed on the hang-up: the client need not sit out its 2 s grace.
+    assert time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize("give_up", GIVE_UPS, ids=GIVE_UP_IDS)
+def test_give_up_error_wins_over_the_unlock_error(hang_up_server, give_up):
+    fake = hang_up_server(grant=True, later=b"-")  # the give-back unlock is refused
+    err = give_up(fake)  # still the give-up's own error...
+    assert fake.later_frames == [b"\x02" + fake.frame[1:]]
+    causes = []
+    while err.__cause__ is not None:  # wait_for's TimeoutError is caused by the CancelledError
+        err = err.__cause__
+        causes.append(err)
+    assert any(isinstance(c, RefusedError) for c in causes), causes  # ...with the unlock's chained

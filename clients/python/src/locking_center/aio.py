@@ -1,7 +1,8 @@
 """asyncio client: one TCP connection per request.
 
-Cancelling the task that awaits a lock closes its connection, so the
-server withdraws the waiter.
+Cancelling the task that awaits a lock hangs up its connection, so the
+server withdraws the waiter; a grant that crossed the hang-up is unlocked
+again.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any, Coroutine, Generator, Optional, Type
 
 from . import _protocol as proto
 from ._protocol import Action, Text
-from .client import _ClientBase
+from .client import HANG_UP_GRACE, _ClientBase
 from .errors import (
+    LockingCenterError,
     LockTimeoutError,
     NotWonError,
     RefusedError,
@@ -203,7 +205,11 @@ class AsyncClient(_ClientBase):
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
                 data = await asyncio.wait_for(reader.read(1), remaining)
             except asyncio.TimeoutError as e:
-                raise expired() from e
+                why = expired()
+                why.__cause__ = e
+                raise await self._give_up(reader, writer, frame, why)
+            except asyncio.CancelledError as e:
+                raise await self._give_up(reader, writer, frame, e)
             except OSError as e:
                 raise UnreachableError("connection to %s broke: %s" % (self.address, e)) from e
             if not data:
@@ -218,6 +224,32 @@ class AsyncClient(_ClientBase):
                 except OSError:
                     pass
             else:
-                # Timeout, cancellation or a broken connection: drop it now so
-                # the server sees the hang-up and withdraws the waiter.
+                # Timeout, cancellation (hung up already) or a broken
+                # connection: drop it now so the server sees the hang-up.
                 writer.transport.abort()
+
+    async def _give_up(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes, why: BaseException
+    ) -> BaseException:
+        """Hang up a request given up after its frame was sent; return ``why``.
+
+        Only the write side is closed: the server reads EOF and withdraws the
+        waiter, while a '+' it sent just before it noticed is still read, for
+        at most ``HANG_UP_GRACE`` seconds.  Such a Lock or TryLock grant is
+        unlocked again; if that unlock fails, its error becomes ``why``'s
+        cause instead of replacing it.
+        """
+        if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
+            return why
+        try:
+            writer.write_eof()
+            granted = await asyncio.wait_for(reader.read(1), HANG_UP_GRACE) == bytes((proto.OK,))
+        except (OSError, asyncio.TimeoutError):  # closed, reset or silent: no grant came back
+            return why
+        if granted:
+            try:
+                unlock = bytes((Action.UNLOCK,)) + frame[1:]  # same key and source
+                await self._expect_ok(unlock, "unlock of a key granted as the request gave up")
+            except LockingCenterError as e:
+                why.__cause__ = e
+        return why

@@ -13,6 +13,7 @@ from . import _protocol as proto
 from ._protocol import Action, Address, Text
 from .errors import (
     LockCancelledError,
+    LockingCenterError,
     LockTimeoutError,
     NotWonError,
     RefusedError,
@@ -24,6 +25,8 @@ __all__ = ["Client", "HeldLock"]
 
 # How often a waiting lock looks at its ``cancel`` event.
 _CANCEL_POLL = 0.05
+# How long a request given up still reads after closing its write side.
+HANG_UP_GRACE = 2.0
 
 
 def _default_address() -> str:
@@ -244,10 +247,10 @@ class Client(_ClientBase):
             while True:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
-                    raise expired()
+                    raise self._give_up(sock, frame, expired())
                 if cancel is not None:
                     if cancel.is_set():
-                        raise LockCancelledError("lock request cancelled")
+                        raise self._give_up(sock, frame, LockCancelledError("lock request cancelled"))
                     wait = _CANCEL_POLL if wait is None else min(wait, _CANCEL_POLL)
                 sock.settimeout(wait)
                 try:
@@ -259,3 +262,28 @@ class Client(_ClientBase):
                 if not data:
                     raise UnreachableError("%s closed the connection without an answer" % self.address)
                 return data[0]
+
+    def _give_up(self, sock: socket.socket, frame: bytes, why: BaseException) -> BaseException:
+        """Hang up a request given up after its frame was sent; return ``why``.
+
+        Only the write side is closed: the server reads EOF and withdraws the
+        waiter, while a '+' it sent just before it noticed is still read, for
+        at most :data:`HANG_UP_GRACE` seconds.  Such a Lock or TryLock grant
+        is unlocked again; if that unlock fails, its error becomes ``why``'s
+        cause instead of replacing it.
+        """
+        if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
+            return why
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(HANG_UP_GRACE)
+            granted = sock.recv(1) == bytes((proto.OK,))
+        except OSError:  # closed, reset or silent: no grant came back
+            return why
+        if granted:
+            try:
+                unlock = bytes((Action.UNLOCK,)) + frame[1:]  # same key and source
+                self._expect_ok(unlock, "unlock of a key granted as the request gave up")
+            except LockingCenterError as e:
+                why.__cause__ = e
+        return why

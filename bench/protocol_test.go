@@ -16,12 +16,21 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-func lockServer(b *testing.B) string {
+// listen listens on a loopback port as main does: without keepalive on
+// accepted connections (wire turns it on for waiters only).
+func listen(b *testing.B) net.Listener {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{KeepAlive: -1}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
+	return l
+}
+
+func lockServer(b *testing.B) string {
+	b.Helper()
+	l := listen(b)
 	s := &wire.Server{Table: locker.New(locker.Options{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Serve(l) }()
@@ -33,10 +42,7 @@ func lockServer(b *testing.B) string {
 // read one byte, answer one byte, close, one goroutine per connection.
 func bareServer(b *testing.B) string {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := listen(b)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {

@@ -106,7 +106,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 
 	// Keepalive probes matter only to a waiter, which wire turns them on
 	// for; off here, they cost nothing to the connections that are
-	// answered at once (four setsockopt calls each, ~4 % of the server's
+	// answered at once (four setsockopt calls each, ~5 % of the server's
 	// CPU per lock cycle).
 	lc := net.ListenConfig{KeepAlive: -1}
 	tcpLn, err := lc.Listen(context.Background(), "tcp", cfg.BindAddress)

@@ -26,7 +26,7 @@ func syncFile(f *os.File) error {
 // fastest rate. Under load that is most of what the log costs the server
 // beyond the fsync itself: over TCP with 64 lockers here, keeping the P
 // cut nanosleep calls by 40 %, futex calls by a third and the server's CPU
-// per acquire by 6–9 µs (see the README's Performance section).
+// per acquire by 4–9 µs (see the README's Performance section).
 //
 // The price: while the fsync runs, the process has one P fewer, and a
 // stop-the-world phase of the garbage collector waits for the fsync to

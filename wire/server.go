@@ -350,7 +350,9 @@ func (s *Server) wait(c net.Conn, key string, h locker.Holder) error {
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose host vanishes sends no FIN; probes find it, so
 		// its place in the queue is withdrawn instead of kept for ever.
-		_ = tc.SetKeepAliveConfig(waiterKeepAlive)
+		if err := tc.SetKeepAliveConfig(waiterKeepAlive); err != nil {
+			s.Logger.Warn("keepalive not set on a waiting connection", "peer", c.RemoteAddr().String(), "key", key, "err", err)
+		}
 	}
 	watched := make(chan struct{})
 	go func() {

@@ -207,8 +207,8 @@ TEST(FakeServer, CancelFromAnotherThreadClosesTheSocket) {
     lc::client c(f.address());
     lc::cancel_token tok;
     EXPECT_FALSE(tok.cancelled());
-    std::thread t([tok] {
-        std::this_thread::sleep_for(100ms);
+    std::thread t([tok, &f] {
+        f.await_frame();
         tok.cancel();
     });
     EXPECT_THROW(lc::scoped_lock(c, "k", tok), lc::canceled_error);
@@ -242,8 +242,8 @@ TEST(FakeServer, LateGrantOnCancelIsReturned) {
     support::fake_server f(-3);
     lc::client c(f.address());
     lc::cancel_token tok;
-    std::thread t([tok] {
-        std::this_thread::sleep_for(100ms);
+    std::thread t([tok, &f] {
+        f.await_frame();
         tok.cancel();
     });
     EXPECT_NO_THROW(c.lock("k", tok));
@@ -269,8 +269,8 @@ TEST(FakeServer, GiveUpWithoutGrantSendsNothing) {
         support::fake_server f(-2);
         lc::client c(f.address());
         lc::cancel_token tok;
-        std::thread t([tok] {
-            std::this_thread::sleep_for(100ms);
+        std::thread t([tok, &f] {
+            f.await_frame();
             tok.cancel();
         });
         EXPECT_THROW(lc::scoped_lock(c, "k", tok), lc::canceled_error);

@@ -248,7 +248,13 @@ public:
         pollfd p{lfd_, POLLIN, 0};
         return ::poll(&p, 1, 0) > 0;
     }
+    /// Blocks until the whole frame has arrived (at most 10 s), so a test
+    /// can give up exactly when the request is waiting for its answer.
+    void await_frame() const {
+        for (int i = 0; i < 10000 && !got_frame; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::vector<std::uint8_t> got;
+    std::atomic<bool> got_frame{false};
     std::atomic<bool> saw_eof{false};
     std::atomic<bool> sent_grant{false};
 
@@ -260,7 +266,10 @@ private:
         for (;;) {
             if (got.size() >= 3) {
                 std::size_t k = got[1];
-                if (got.size() >= 3 + k && got.size() >= 3 + k + got[2 + k]) break;
+                if (got.size() >= 3 + k && got.size() >= 3 + k + got[2 + k]) {
+                    got_frame = true;
+                    break;
+                }
             }
             ssize_t n = ::recv(fd, buf, sizeof buf, 0);
             if (n <= 0) break;

@@ -114,6 +114,7 @@ typedef struct {
     int saw_eof;       /* FAKE_HOLD, FAKE_GRANT_AFTER_EOF: the client hung up */
     int sent_grant;    /* FAKE_GRANT_AFTER_EOF: the '+' was written */
     int extra_conn;    /* set by fake_stop: a second connection was waiting (e.g. an Unlock) */
+    int got_frame;     /* the whole frame is in (atomic: read by trigger_on_frame) */
     pthread_t th;
 } fake_server;
 
@@ -125,7 +126,10 @@ static void *fake_run(void *arg) {
     for (;;) {
         if (f->got_len >= 3) {
             size_t klen = f->got[1];
-            if (f->got_len >= 3 + klen && f->got_len >= 3 + klen + f->got[2 + klen]) break;
+            if (f->got_len >= 3 + klen && f->got_len >= 3 + klen + f->got[2 + klen]) {
+                __atomic_store_n(&f->got_frame, 1, __ATOMIC_RELEASE);
+                break;
+            }
         }
         ssize_t n = recv(fd, f->got + f->got_len, sizeof f->got - f->got_len, 0);
         if (n <= 0) break;
@@ -538,6 +542,20 @@ static void *trigger_later(void *arg) {
     return NULL;
 }
 
+/* Triggers tok once the fake has the whole frame (at most 10 s): the call
+ * then is waiting for its answer, not still connecting or sending. */
+typedef struct {
+    fake_server *f;
+    lc_cancel *tok;
+} trigger_arg;
+
+static void *trigger_on_frame(void *arg) {
+    trigger_arg *t = arg;
+    for (int i = 0; i < 10000 && !__atomic_load_n(&t->f->got_frame, __ATOMIC_ACQUIRE); i++) sleep_ms(1);
+    lc_cancel_trigger(t->tok);
+    return NULL;
+}
+
 static int test_fake_cancel_closes(void) {
     fake_server f;
     lc_client c;
@@ -546,7 +564,8 @@ static int test_fake_cancel_closes(void) {
     CHECK(!lc_cancel_triggered(&tok));
     fake_start(&f, FAKE_HOLD, &c, NULL);
     pthread_t th;
-    pthread_create(&th, NULL, trigger_later, &tok);
+    trigger_arg t = {.f = &f, .tok = &tok};
+    pthread_create(&th, NULL, trigger_on_frame, &t);
     CHECK_ERR(lc_lock(&c, "k", 0, &tok), LC_ERR_CANCELED);
     pthread_join(th, NULL);
     fake_stop(&f);
@@ -576,7 +595,8 @@ static int late_grant_case(bool by_cancel) {
     lc_err e;
     if (by_cancel) {
         pthread_t th;
-        pthread_create(&th, NULL, trigger_later, &tok);
+        trigger_arg t = {.f = &f, .tok = &tok};
+        pthread_create(&th, NULL, trigger_on_frame, &t);
         e = lc_lock(&c, "k", 0, &tok);
         pthread_join(th, NULL);
     } else {
@@ -609,7 +629,8 @@ static int test_give_up_without_grant(void) {
     CHECK_ERR(lc_cancel_init(&tok), LC_OK);
     fake_start(&f, FAKE_HOLD, &c, NULL);
     pthread_t th;
-    pthread_create(&th, NULL, trigger_later, &tok);
+    trigger_arg t = {.f = &f, .tok = &tok};
+    pthread_create(&th, NULL, trigger_on_frame, &t);
     CHECK_ERR(lc_lock(&c, "k", 0, &tok), LC_ERR_CANCELED);
     pthread_join(th, NULL);
     fake_stop(&f);

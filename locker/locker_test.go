@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/locking-center/locking-center/locker/lockertest"
 )
 
 func holder(name string) Holder { return Holder{Source: name, Remote: name + ":1"} }
@@ -26,27 +27,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		runtime.Gosched()
 		time.Sleep(50 * time.Microsecond)
 	}
-}
-
-// parked counts the goroutines blocked in Lock's select: waiters the
-// channel really queues, not just registered ones.
-func parked() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "[select") && strings.Contains(g, "locker.(*Table).Lock(") {
-			count++
-		}
-	}
-	return count
 }
 
 func queueLen(tb *Table, key string) int {
@@ -69,7 +49,7 @@ func queueWaiters(t *testing.T, tb *Table, ctxs []context.Context, key string) (
 	t.Helper()
 	granted = make(chan int, len(ctxs))
 	results = make(chan waiterResult, len(ctxs))
-	base := parked()
+	base := lockertest.Parked()
 	for i, ctx := range ctxs {
 		go func() {
 			err := tb.Lock(ctx, key, holder(fmt.Sprintf("w%d", i)))
@@ -80,7 +60,7 @@ func queueWaiters(t *testing.T, tb *Table, ctxs []context.Context, key string) (
 		}()
 		// Parked, not only registered: the next waiter must queue behind.
 		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool {
-			return queueLen(tb, key) == i+1 && parked() == base+i+1
+			return queueLen(tb, key) == i+1 && lockertest.Parked() == base+i+1
 		})
 	}
 	return granted, results
@@ -226,13 +206,13 @@ func TestResetBySource(t *testing.T) {
 	}
 	k1 := make(chan error, 1)
 	go func() { k1 <- tb.Lock(ctx, "k1", holder("good")) }()
-	waitFor(t, "good queued on k1", func() bool { return queueLen(tb, "k1") == 1 && parked() == 1 })
+	waitFor(t, "good queued on k1", func() bool { return queueLen(tb, "k1") == 1 && lockertest.Parked() == 1 })
 	k2bad := make(chan error, 1)
 	go func() { k2bad <- tb.Lock(ctx, "k2", holder("bad")) }()
-	waitFor(t, "bad queued on k2", func() bool { return queueLen(tb, "k2") == 1 && parked() == 2 })
+	waitFor(t, "bad queued on k2", func() bool { return queueLen(tb, "k2") == 1 && lockertest.Parked() == 2 })
 	k2good := make(chan error, 1)
 	go func() { k2good <- tb.Lock(ctx, "k2", holder("good")) }()
-	waitFor(t, "good queued on k2", func() bool { return queueLen(tb, "k2") == 2 && parked() == 3 })
+	waitFor(t, "good queued on k2", func() bool { return queueLen(tb, "k2") == 2 && lockertest.Parked() == 3 })
 
 	res, err := tb.ResetBySource("bad")
 	if err != nil || res.Released != 1 || res.Refused != 1 {
@@ -380,10 +360,10 @@ func TestGrantRacingCancellationIsHandedOn(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		ghost := make(chan error, 1)
 		go func() { ghost <- tb.Lock(ctx, "k", holder("ghost")) }()
-		waitFor(t, "ghost queued", func() bool { return queueLen(tb, "k") == 1 && parked() == 1 })
+		waitFor(t, "ghost queued", func() bool { return queueLen(tb, "k") == 1 && lockertest.Parked() == 1 })
 		live := make(chan error, 1)
 		go func() { live <- tb.Lock(bg, "k", holder("live")) }()
-		waitFor(t, "live queued", func() bool { return queueLen(tb, "k") == 2 && parked() == 2 })
+		waitFor(t, "live queued", func() bool { return queueLen(tb, "k") == 2 && lockertest.Parked() == 2 })
 		go cancel()
 		if err := tb.Unlock("k"); err != nil {
 			t.Fatal(err)

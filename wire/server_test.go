@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/locker/lockertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -134,28 +134,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// parked counts goroutines blocked in the engine's Lock select: waiters the
-// key's channel really queues, not only registered ones. Tests of arrival
-// order wait for it before sending the next waiter.
-func parked() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "[select") && strings.Contains(g, "locker.(*Table).Lock(") {
-			count++
-		}
-	}
-	return count
-}
-
 func (ts *testServer) queued(key string) int {
 	ki, ok := ts.Table.Key(key)
 	if !ok {
@@ -270,9 +248,9 @@ func TestHangUpWithdrawsWaiter(t *testing.T) {
 		t.Fatal(got)
 	}
 	ghost := ts.send(t, frame(Lock, "k", "ghost"))
-	waitUntil(t, "ghost queued", func() bool { return ts.queued("k") == 1 && parked() == 1 })
+	waitUntil(t, "ghost queued", func() bool { return ts.queued("k") == 1 && lockertest.Parked() == 1 })
 	live := ts.send(t, frame(Lock, "k", "live"))
-	waitUntil(t, "live queued", func() bool { return ts.queued("k") == 2 && parked() == 2 })
+	waitUntil(t, "live queued", func() bool { return ts.queued("k") == 2 && lockertest.Parked() == 2 })
 	ghost.Close()
 	waitUntil(t, "ghost withdrawn", func() bool { return ts.queued("k") == 1 })
 	if got := ts.ask(t, Unlock, "k", ""); got != '+' {
@@ -311,7 +289,7 @@ func TestFIFOOverTCP(t *testing.T) {
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = ts.send(t, frame(Lock, "k", fmt.Sprint("w", i)))
-		waitUntil(t, "queued", func() bool { return ts.queued("k") == i+1 && parked() == i+1 })
+		waitUntil(t, "queued", func() bool { return ts.queued("k") == i+1 && lockertest.Parked() == i+1 })
 	}
 	for i, c := range conns {
 		if got := ts.ask(t, Unlock, "k", ""); got != '+' {

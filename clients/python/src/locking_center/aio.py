@@ -17,7 +17,6 @@ from ._protocol import Action, Text
 from .client import HANG_UP_GRACE, _ClientBase
 from .errors import (
     LockingCenterError,
-    LockTimeoutError,
     NotWonError,
     RefusedError,
     ResetWhileWaitingError,
@@ -180,11 +179,6 @@ class AsyncClient(_ClientBase):
             timeout = self.io_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
 
-        def expired() -> BaseException:
-            if waiting:
-                return LockTimeoutError("not granted within %ss" % (timeout,))
-            return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
-
         connect_timeout = self.connect_timeout
         if deadline is not None:
             connect_timeout = min(connect_timeout, max(deadline - time.monotonic(), 0.0))
@@ -192,7 +186,7 @@ class AsyncClient(_ClientBase):
             reader, writer = await asyncio.wait_for(asyncio.open_connection(self._host, self._port), connect_timeout)
         except asyncio.TimeoutError as e:
             if deadline is not None and time.monotonic() >= deadline:
-                raise expired() from e
+                raise self._expired(timeout, waiting) from e
             raise UnreachableError("connecting to %s timed out" % self.address) from e
         except OSError as e:
             raise UnreachableError("cannot connect to %s: %s" % (self.address, e)) from e
@@ -205,7 +199,7 @@ class AsyncClient(_ClientBase):
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
                 data = await asyncio.wait_for(reader.read(1), remaining)
             except asyncio.TimeoutError as e:
-                why = expired()
+                why = self._expired(timeout, waiting)
                 why.__cause__ = e
                 raise await self._give_up(reader, writer, frame, why)
             except asyncio.CancelledError as e:
@@ -239,7 +233,8 @@ class AsyncClient(_ClientBase):
         unlocked again; if that unlock fails, its error becomes ``why``'s
         cause instead of replacing it.
         """
-        if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
+        unlock = self._give_back_frame(frame)
+        if unlock is None:
             return why
         try:
             writer.write_eof()
@@ -248,7 +243,6 @@ class AsyncClient(_ClientBase):
             return why
         if granted:
             try:
-                unlock = bytes((Action.UNLOCK,)) + frame[1:]  # same key and source
                 await self._expect_ok(unlock, "unlock of a key granted as the request gave up")
             except LockingCenterError as e:
                 why.__cause__ = e

@@ -63,6 +63,21 @@ class _ClientBase:
     def __repr__(self) -> str:
         return "%s(address=%r, source=%r)" % (type(self).__name__, self.address, self._source)
 
+    def _expired(self, timeout: Optional[float], waiting: bool) -> BaseException:
+        """The error of a request past its deadline: a lock not granted within
+        ``timeout``, or a server silent past ``io_timeout``."""
+        if waiting:
+            return LockTimeoutError("not granted within %ss" % (timeout,))
+        return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
+
+    @staticmethod
+    def _give_back_frame(frame: bytes) -> Optional[bytes]:
+        """The Unlock giving back a grant of ``frame``'s request (same key and
+        source), or None when that request grants nothing."""
+        if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
+            return None
+        return bytes((Action.UNLOCK,)) + frame[1:]
+
 
 class HeldLock:
     """A key this client was granted; a context manager that unlocks on exit.
@@ -220,21 +235,16 @@ class Client(_ClientBase):
             timeout = self.io_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
 
-        def expired() -> BaseException:
-            if waiting:
-                return LockTimeoutError("not granted within %ss" % (timeout,))
-            return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
-
         connect_timeout = self.connect_timeout
         if deadline is not None:
             connect_timeout = min(connect_timeout, deadline - time.monotonic())
             if connect_timeout <= 0:
-                raise expired()
+                raise self._expired(timeout, waiting)
         try:
             sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
         except socket.timeout as e:
             if deadline is not None and time.monotonic() >= deadline:
-                raise expired() from e
+                raise self._expired(timeout, waiting) from e
             raise UnreachableError("connecting to %s timed out" % self.address) from e
         except OSError as e:
             raise UnreachableError("cannot connect to %s: %s" % (self.address, e)) from e
@@ -247,7 +257,7 @@ class Client(_ClientBase):
             while True:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
-                    raise self._give_up(sock, frame, expired())
+                    raise self._give_up(sock, frame, self._expired(timeout, waiting))
                 if cancel is not None:
                     if cancel.is_set():
                         raise self._give_up(sock, frame, LockCancelledError("lock request cancelled"))
@@ -272,7 +282,8 @@ class Client(_ClientBase):
         is unlocked again; if that unlock fails, its error becomes ``why``'s
         cause instead of replacing it.
         """
-        if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
+        unlock = self._give_back_frame(frame)
+        if unlock is None:
             return why
         try:
             sock.shutdown(socket.SHUT_WR)
@@ -282,7 +293,6 @@ class Client(_ClientBase):
             return why
         if granted:
             try:
-                unlock = bytes((Action.UNLOCK,)) + frame[1:]  # same key and source
                 self._expect_ok(unlock, "unlock of a key granted as the request gave up")
             except LockingCenterError as e:
                 why.__cause__ = e

@@ -83,22 +83,18 @@ func (fsys *countingFS) OpenFile(name string, flag int, perm os.FileMode) (File,
 	return countingFile{f.(osFile), fsys}, nil
 }
 
-func (f countingFile) Sync() error {
-	f.fs.sync.Add(1)
-	if f.fs.fake {
-		time.Sleep(time.Duration(f.fs.delay.Load()))
-		return nil
-	}
-	return f.osFile.Sync()
-}
+func (f countingFile) Sync() error { return f.count(&f.fs.sync, f.osFile.Sync) }
 
-func (f countingFile) SyncAppend() error {
-	f.fs.syncAppend.Add(1)
+func (f countingFile) SyncAppend() error { return f.count(&f.fs.syncAppend, f.osFile.SyncAppend) }
+
+// count counts one fsync in n and makes it with sync, or only pretends.
+func (f countingFile) count(n *atomic.Int64, sync func() error) error {
+	n.Add(1)
 	if f.fs.fake {
 		time.Sleep(time.Duration(f.fs.delay.Load()))
 		return nil
 	}
-	return f.osFile.SyncAppend()
+	return sync()
 }
 
 // setQuickSync sets quickSync for one test.

@@ -115,23 +115,11 @@ func TestVectors(t *testing.T) {
 	}()
 	ctx := context.Background()
 	for _, f := range v.Frames {
-		c := client.New(l.Addr().String(), client.WithSource(f.Source))
-		switch wire.Action(f.Action) {
-		case wire.Lock:
-			err = c.Lock(ctx, f.Key)
-		case wire.Unlock:
-			err = c.Unlock(ctx, f.Key)
-		case wire.ResetByKey:
-			err = client.New(l.Addr().String()).ResetByKey(ctx, f.Key)
-			if f.Source != "" {
-				t.Fatalf("%s: the Go client sends no source with ResetByKey", f.Name)
-			}
-		case wire.ResetBySource:
-			err = client.New(l.Addr().String()).ResetBySource(ctx, f.Source)
-		case wire.TryLock:
-			err = c.TryLock(ctx, f.Key)
+		if wire.Action(f.Action) == wire.ResetByKey && f.Source != "" {
+			t.Fatalf("%s: the Go client sends no source with ResetByKey", f.Name)
 		}
-		if err != nil {
+		c := client.New(l.Addr().String(), client.WithSource(f.Source))
+		if err = call(ctx, c, wire.Action(f.Action), f.Key, f.Source); err != nil {
 			t.Fatalf("%s: %v", f.Name, err)
 		}
 		if b := <-got; hex.EncodeToString(b) != f.Hex {
@@ -141,21 +129,28 @@ func TestVectors(t *testing.T) {
 	dead := "127.0.0.1:1" // nothing listens: a refusal must come before connecting
 	for _, f := range v.Invalid {
 		c := client.New(dead, client.WithSource(f.Source))
-		var err error
-		switch wire.Action(f.Action) {
-		case wire.Lock:
-			err = c.Lock(ctx, f.Key)
-		case wire.Unlock:
-			err = c.Unlock(ctx, f.Key)
-		case wire.ResetByKey:
-			err = c.ResetByKey(ctx, f.Key)
-		case wire.TryLock:
-			err = c.TryLock(ctx, f.Key)
-		}
+		err := call(ctx, c, wire.Action(f.Action), f.Key, f.Source)
 		if !errors.Is(err, client.ErrRefused) || errors.Is(err, client.ErrUnreachable) {
 			t.Errorf("%s: err = %v, want ErrRefused before connecting", f.Name, err)
 		}
 	}
+}
+
+// call makes the client call for action a.
+func call(ctx context.Context, c *client.Client, a wire.Action, key, source string) error {
+	switch a {
+	case wire.Lock:
+		return c.Lock(ctx, key)
+	case wire.Unlock:
+		return c.Unlock(ctx, key)
+	case wire.ResetByKey:
+		return c.ResetByKey(ctx, key)
+	case wire.ResetBySource:
+		return c.ResetBySource(ctx, source)
+	case wire.TryLock:
+		return c.TryLock(ctx, key)
+	}
+	return fmt.Errorf("no client call for action %d", a)
 }
 
 func TestLockTryLockUnlock(t *testing.T) {

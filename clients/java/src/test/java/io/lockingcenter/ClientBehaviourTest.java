@@ -33,6 +33,39 @@ class ClientBehaviourTest {
         return fake.hangUp.await(3, TimeUnit.SECONDS);
     }
 
+    /** A stand-in that answers the first request of {@code action} with '+' only after the hang-up, and '+' to the rest. */
+    private static FakeServer grantingAfterHangUp(Action action) throws java.io.IOException {
+        return new FakeServer(f -> f[0] == action.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+');
+    }
+
+    /** The client's next connection gave back key "k" of source "a": an Unlock, and nothing else. */
+    private static void assertGivenBack(FakeServer fake, String why) throws InterruptedException {
+        assertTrue(fake.awaitFrames(2, 3000), why);
+        assertEquals(2, fake.frames.size());
+        assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+    }
+
+    /** Blocks lc.lock("k") in a thread, interrupts it once the stand-in has the frame, and checks it threw
+     * LockInterruptedException with the interrupt flag restored. */
+    private static void interruptBlockedLock(LockingCenter lc, FakeServer fake) throws InterruptedException {
+        AtomicReference<Throwable> thrown = new AtomicReference<>();
+        AtomicReference<Boolean> flag = new AtomicReference<>();
+        Thread t = new Thread(() -> {
+            try {
+                lc.lock("k");
+            } catch (Throwable e) {
+                thrown.set(e);
+                flag.set(Thread.currentThread().isInterrupted());
+            }
+        });
+        t.start();
+        assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+        t.interrupt();
+        t.join(5000);
+        assertInstanceOf(LockInterruptedException.class, thrown.get());
+        assertTrue(flag.get(), "interrupt flag restored");
+    }
+
     @Test
     void connectionRefusedIsUnreachable() throws Exception {
         LockingCenter lc = new LockingCenter("127.0.0.1:" + Vectors.deadPort());
@@ -140,78 +173,40 @@ class ClientBehaviourTest {
     @Test
     void interruptingABlockedLockClosesTheConnection() throws Exception {
         try (FakeServer fake = new FakeServer(f -> FakeServer.HOLD)) {
-            LockingCenter lc = new LockingCenter(fake.address());
-            AtomicReference<Throwable> thrown = new AtomicReference<>();
-            AtomicReference<Boolean> flag = new AtomicReference<>();
-            Thread t = new Thread(() -> {
-                try {
-                    lc.lock("k");
-                } catch (Throwable e) {
-                    thrown.set(e);
-                    flag.set(Thread.currentThread().isInterrupted());
-                }
-            });
-            t.start();
-            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
-            t.interrupt();
-            t.join(3000);
-            assertInstanceOf(LockInterruptedException.class, thrown.get());
-            assertTrue(flag.get(), "interrupt flag restored");
+            interruptBlockedLock(new LockingCenter(fake.address()), fake);
             assertTrue(hungUp(fake));
         }
     }
 
     @Test
     void grantCrossingACancelIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+        try (FakeServer fake = grantingAfterHangUp(Action.LOCK)) {
             LockingCenter lc = new LockingCenter(fake.address(), "a");
             CompletableFuture<HeldLock> f = lc.lockAsync("k");
             assertTrue(fake.received.await(3, TimeUnit.SECONDS));
             assertTrue(f.cancel(true));
             assertTrue(hungUp(fake), "server did not see the hang-up");
             // The stand-in granted after the hang-up: the client must give the key back.
-            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the cancel");
-            assertEquals(2, fake.frames.size());
-            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+            assertGivenBack(fake, "no unlock after a grant that crossed the cancel");
             assertThrows(CancellationException.class, f::join);
         }
     }
 
     @Test
     void grantCrossingALockTimeoutIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+        try (FakeServer fake = grantingAfterHangUp(Action.LOCK)) {
             LockingCenter lc = new LockingCenter(fake.address(), "a");
             assertThrows(LockTimeoutException.class, () -> lc.lock("k", Duration.ofMillis(200)));
             assertTrue(hungUp(fake), "server did not see the hang-up");
-            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the timeout");
-            assertEquals(2, fake.frames.size());
-            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+            assertGivenBack(fake, "no unlock after a grant that crossed the timeout");
         }
     }
 
     @Test
     void grantCrossingAnInterruptIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
-            LockingCenter lc = new LockingCenter(fake.address(), "a");
-            AtomicReference<Throwable> thrown = new AtomicReference<>();
-            AtomicReference<Boolean> flag = new AtomicReference<>();
-            Thread t = new Thread(() -> {
-                try {
-                    lc.lock("k");
-                } catch (Throwable e) {
-                    thrown.set(e);
-                    flag.set(Thread.currentThread().isInterrupted());
-                }
-            });
-            t.start();
-            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
-            t.interrupt();
-            t.join(5000);
-            assertInstanceOf(LockInterruptedException.class, thrown.get());
-            assertTrue(flag.get(), "interrupt flag restored");
-            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a grant that crossed the interrupt");
-            assertEquals(2, fake.frames.size());
-            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+        try (FakeServer fake = grantingAfterHangUp(Action.LOCK)) {
+            interruptBlockedLock(new LockingCenter(fake.address(), "a"), fake);
+            assertGivenBack(fake, "no unlock after a grant that crossed the interrupt");
         }
     }
 
@@ -240,15 +235,13 @@ class ClientBehaviourTest {
 
     @Test
     void grantCrossingACancelledTryLockAsyncIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = new FakeServer(f -> f[0] == Action.TRY_LOCK.code() ? FakeServer.GRANT_AFTER_HANG_UP : (int) '+')) {
+        try (FakeServer fake = grantingAfterHangUp(Action.TRY_LOCK)) {
             LockingCenter lc = new LockingCenter(fake.address(), "a");
             CompletableFuture<Boolean> f = lc.tryLockAsync("k");
             assertTrue(fake.received.await(3, TimeUnit.SECONDS));
             assertTrue(f.cancel(true));
             assertTrue(hungUp(fake), "server did not see the hang-up");
-            assertTrue(fake.awaitFrames(2, 3000), "no unlock after a try-lock won as it was cancelled");
-            assertEquals(2, fake.frames.size());
-            assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+            assertGivenBack(fake, "no unlock after a try-lock won as it was cancelled");
         }
     }
 

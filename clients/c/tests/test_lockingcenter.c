@@ -556,6 +556,17 @@ static void *trigger_on_frame(void *arg) {
     return NULL;
 }
 
+/* lc_lock of "k" at the fake, cancelled through tok once the fake has the
+ * whole frame. */
+static lc_err lock_cancelled_once_sent(fake_server *f, lc_client *c, lc_cancel *tok) {
+    pthread_t th;
+    trigger_arg t = {.f = f, .tok = tok};
+    pthread_create(&th, NULL, trigger_on_frame, &t);
+    lc_err e = lc_lock(c, "k", 0, tok);
+    pthread_join(th, NULL);
+    return e;
+}
+
 static int test_fake_cancel_closes(void) {
     fake_server f;
     lc_client c;
@@ -563,11 +574,7 @@ static int test_fake_cancel_closes(void) {
     CHECK_ERR(lc_cancel_init(&tok), LC_OK);
     CHECK(!lc_cancel_triggered(&tok));
     fake_start(&f, FAKE_HOLD, &c, NULL);
-    pthread_t th;
-    trigger_arg t = {.f = &f, .tok = &tok};
-    pthread_create(&th, NULL, trigger_on_frame, &t);
-    CHECK_ERR(lc_lock(&c, "k", 0, &tok), LC_ERR_CANCELED);
-    pthread_join(th, NULL);
+    CHECK_ERR(lock_cancelled_once_sent(&f, &c, &tok), LC_ERR_CANCELED);
     fake_stop(&f);
     CHECK(f.saw_eof);
     CHECK(lc_cancel_triggered(&tok));
@@ -592,16 +599,7 @@ static int late_grant_case(bool by_cancel) {
     lc_cancel tok;
     CHECK_ERR(lc_cancel_init(&tok), LC_OK);
     fake_start(&f, FAKE_GRANT_AFTER_EOF, &c, NULL);
-    lc_err e;
-    if (by_cancel) {
-        pthread_t th;
-        trigger_arg t = {.f = &f, .tok = &tok};
-        pthread_create(&th, NULL, trigger_on_frame, &t);
-        e = lc_lock(&c, "k", 0, &tok);
-        pthread_join(th, NULL);
-    } else {
-        e = lc_lock(&c, "k", 150, NULL);
-    }
+    lc_err e = by_cancel ? lock_cancelled_once_sent(&f, &c, &tok) : lc_lock(&c, "k", 150, NULL);
     fake_stop(&f);
     CHECK(f.saw_eof);
     CHECK(f.sent_grant);
@@ -628,11 +626,7 @@ static int test_give_up_without_grant(void) {
     lc_cancel tok;
     CHECK_ERR(lc_cancel_init(&tok), LC_OK);
     fake_start(&f, FAKE_HOLD, &c, NULL);
-    pthread_t th;
-    trigger_arg t = {.f = &f, .tok = &tok};
-    pthread_create(&th, NULL, trigger_on_frame, &t);
-    CHECK_ERR(lc_lock(&c, "k", 0, &tok), LC_ERR_CANCELED);
-    pthread_join(th, NULL);
+    CHECK_ERR(lock_cancelled_once_sent(&f, &c, &tok), LC_ERR_CANCELED);
     fake_stop(&f);
     CHECK(f.saw_eof);
     CHECK(!f.extra_conn);

@@ -202,15 +202,21 @@ TEST(FakeServer, TimeoutClosesTheSocket) {
     EXPECT_EQ(f.got.size(), 4u);
 }
 
+// Cancels tok from another thread once the fake has the whole frame: the
+// call is then waiting for its answer. Join the thread returned.
+std::thread cancel_once_sent(support::fake_server& f, lc::cancel_token tok) {
+    return std::thread([tok, &f] {
+        f.await_frame();
+        tok.cancel();
+    });
+}
+
 TEST(FakeServer, CancelFromAnotherThreadClosesTheSocket) {
     support::fake_server f(-2);
     lc::client c(f.address());
     lc::cancel_token tok;
     EXPECT_FALSE(tok.cancelled());
-    std::thread t([tok, &f] {
-        f.await_frame();
-        tok.cancel();
-    });
+    std::thread t = cancel_once_sent(f, tok);
     EXPECT_THROW(lc::scoped_lock(c, "k", tok), lc::canceled_error);
     t.join();
     f.join();
@@ -242,10 +248,7 @@ TEST(FakeServer, LateGrantOnCancelIsReturned) {
     support::fake_server f(-3);
     lc::client c(f.address());
     lc::cancel_token tok;
-    std::thread t([tok, &f] {
-        f.await_frame();
-        tok.cancel();
-    });
+    std::thread t = cancel_once_sent(f, tok);
     EXPECT_NO_THROW(c.lock("k", tok));
     t.join();
     f.join();
@@ -269,10 +272,7 @@ TEST(FakeServer, GiveUpWithoutGrantSendsNothing) {
         support::fake_server f(-2);
         lc::client c(f.address());
         lc::cancel_token tok;
-        std::thread t([tok, &f] {
-            f.await_frame();
-            tok.cancel();
-        });
+        std::thread t = cancel_once_sent(f, tok);
         EXPECT_THROW(lc::scoped_lock(c, "k", tok), lc::canceled_error);
         t.join();
         f.join();

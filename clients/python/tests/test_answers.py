@@ -43,17 +43,17 @@ def read_frame(conn):
     return buf
 
 
-class FakeServer:
-    """Answers each connection with the next scripted byte (None: close unanswered)."""
+class LoopbackServer:
+    """A scripted stand-in on a loopback port: each accepted connection is
+    handed to ``_handle`` in one thread, and closed after it."""
 
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.script = []
-        self.frames = []
-        self.half_closed = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+
+    def start(self):
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
 
     def _serve(self):
         while True:
@@ -62,26 +62,42 @@ class FakeServer:
             except OSError:
                 return
             with conn:
-                try:
-                    self.frames.append(read_frame(conn))
-                except EOFError:
-                    continue
-                conn.settimeout(0.05)
-                try:
-                    self.half_closed.append(conn.recv(1) == b"")
-                except socket.timeout:
-                    self.half_closed.append(False)
-                answer = self.script.pop(0) if self.script else None
-                if answer is not None:
-                    conn.sendall(answer)
+                self._handle(conn)
+
+    def _handle(self, conn):
+        raise NotImplementedError
 
     def close(self):
         self.sock.close()
 
 
+class FakeServer(LoopbackServer):
+    """Answers each connection with the next scripted byte (None: close unanswered)."""
+
+    def __init__(self):
+        super().__init__()
+        self.script = []
+        self.frames = []
+        self.half_closed = []
+
+    def _handle(self, conn):
+        try:
+            self.frames.append(read_frame(conn))
+        except EOFError:
+            return
+        conn.settimeout(0.05)
+        try:
+            self.half_closed.append(conn.recv(1) == b"")
+        except socket.timeout:
+            self.half_closed.append(False)
+        answer = self.script.pop(0) if self.script else None
+        if answer is not None:
+            conn.sendall(answer)
+
+
 @pytest.fixture
 def fake():
-    server = FakeServer()
+    server = FakeServer().start()
     yield server
     server.close()
 
@@ -248,7 +264,7 @@ def test_connect_timeout_is_unreachable():
         srv.close()
 
 
-class HangUpServer:
+class HangUpServer(LoopbackServer):
     """A Lock or TryLock given up mid-flight.
 
     The first connection's frame is read, then the fake waits for the client
@@ -259,52 +275,40 @@ class HangUpServer:
     """
 
     def __init__(self, grant, later=b"+"):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        super().__init__()
         self.grant = grant
         self.later = later
         self.frame = None
         self.got_frame = threading.Event()
         self.hung_up = threading.Event()
         self.later_frames = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
 
-    def _serve(self):
-        while True:
+    def _handle(self, conn):
+        conn.settimeout(10)
+        try:
+            frame = read_frame(conn)
+        except (EOFError, OSError):
+            return
+        if self.frame is not None:
+            self.later_frames.append(frame)
+            conn.sendall(self.later)
+            return
+        self.frame = frame
+        self.got_frame.set()
+        try:
+            if conn.recv(1) != b"":
+                return  # bytes after the frame: not a hang-up
+        except ConnectionResetError:
+            pass  # closed outright: a hang-up too
+        except OSError:
+            return
+        self.hung_up.set()
+        if self.grant:
+            time.sleep(0.15)
             try:
-                conn, _ = self.sock.accept()
+                conn.sendall(b"+")
             except OSError:
-                return
-            with conn:
-                conn.settimeout(10)
-                try:
-                    frame = read_frame(conn)
-                except (EOFError, OSError):
-                    continue
-                if self.frame is not None:
-                    self.later_frames.append(frame)
-                    conn.sendall(self.later)
-                    continue
-                self.frame = frame
-                self.got_frame.set()
-                try:
-                    if conn.recv(1) != b"":
-                        continue  # bytes after the frame: not a hang-up
-                except ConnectionResetError:
-                    pass  # closed outright: a hang-up too
-                except OSError:
-                    continue
-                self.hung_up.set()
-                if self.grant:
-                    time.sleep(0.15)
-                    try:
-                        conn.sendall(b"+")
-                    except OSError:
-                        pass  # the client closed outright: the grant is lost
-
-    def close(self):
-        self.sock.close()
+                pass  # the client closed outright: the grant is lost
 
 
 def _run_cancelled(fake, make_coro):
@@ -382,7 +386,7 @@ def hang_up_server():
     servers = []
 
     def make(grant, later=b"+"):
-        servers.append(HangUpServer(grant, later))
+        servers.append(HangUpServer(grant, later).start())
         return servers[-1]
 
     yield make

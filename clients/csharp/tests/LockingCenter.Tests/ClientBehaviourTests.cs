@@ -14,6 +14,16 @@ namespace LockingCenter.Tests
     {
         private static readonly TimeSpan Patience = TimeSpan.FromSeconds(3);
 
+        // The Unlock frame of key "k" from source "a": what a client sends to give back a grant.
+        private const string UnlockK = "02016b0161";
+
+        // A stand-in that answers a Lock with '+' only after the client hung up, and every other
+        // request with then.
+        private static FakeServer GrantingAfterHangUp(char then)
+        {
+            return new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : then);
+        }
+
         [Fact]
         public async Task ConnectionRefusedIsUnreachable()
         {
@@ -163,7 +173,7 @@ namespace LockingCenter.Tests
             // The server's '+' crosses the client's hang-up on the wire: the key is held on the server,
             // so the client must give it back (a new connection with an Unlock frame) and still report
             // the cancellation.
-            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '+'))
+            using (var fake = GrantingAfterHangUp('+'))
             using (var cts = new CancellationTokenSource())
             {
                 var client = new LockingCenterClient(fake.Address, "a");
@@ -173,19 +183,19 @@ namespace LockingCenter.Tests
                 await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
                 Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
                 Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
-                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
             }
         }
 
         [Fact]
         public async Task GrantAfterTheLockTimeoutIsUnlockedAgain()
         {
-            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '+'))
+            using (var fake = GrantingAfterHangUp('+'))
             {
                 var client = new LockingCenterClient(fake.Address, "a");
                 await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
                 Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
-                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
             }
         }
 
@@ -194,13 +204,13 @@ namespace LockingCenter.Tests
         {
             // The unlock of the raced grant is answered '-': the caller still gets the timeout, with the
             // unlock's error attached rather than dropped.
-            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.Lock ? FakeServer.GrantAfterHangUp : '-'))
+            using (var fake = GrantingAfterHangUp('-'))
             {
                 var client = new LockingCenterClient(fake.Address, "a");
                 var e = await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
                 Assert.True(e.InnerException is RefusedException, "inner: " + e.InnerException);
                 Assert.Equal(2, fake.Frames.Count);
-                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
             }
         }
 
@@ -262,11 +272,11 @@ namespace LockingCenter.Tests
                 var frames = fake.Frames;
                 Assert.Equal(6, frames.Count);
                 Assert.Equal("01016b0161", Vectors.Hex(frames[0]));
-                Assert.Equal("02016b0161", Vectors.Hex(frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(frames[1]));
                 Assert.Equal("05016b0161", Vectors.Hex(frames[2]));
-                Assert.Equal("02016b0161", Vectors.Hex(frames[3]));
+                Assert.Equal(UnlockK, Vectors.Hex(frames[3]));
                 Assert.Equal("01016b0161", Vectors.Hex(frames[4]));
-                Assert.Equal("02016b0161", Vectors.Hex(frames[5]));
+                Assert.Equal(UnlockK, Vectors.Hex(frames[5]));
             }
         }
 
@@ -280,7 +290,7 @@ namespace LockingCenter.Tests
                 LockHandle held = await client.LockAsync("k");
                 Assert.Throws<RefusedException>(() => held.Dispose());
                 Assert.True(held.IsReleased);
-                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
             }
         }
 
@@ -297,7 +307,7 @@ namespace LockingCenter.Tests
                 await scope.DisposeAsync();
                 Assert.True(held.IsReleased);
                 Assert.Equal(2, fake.Frames.Count);
-                Assert.Equal("02016b0161", Vectors.Hex(fake.Frames[1]));
+                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
             }
         }
 #endif

@@ -213,10 +213,7 @@ public final class LockingCenter {
     public CompletableFuture<Boolean> tryLockAsync(String key) {
         return submit(Action.TRY_LOCK, key, source, (f, b) -> {
             boolean won = tryResult(key, b);
-            if (!f.complete(won) && won) {
-                // Won just as the caller gave up: nobody will release it, so do it now.
-                releaseQuietly(key);
-            }
+            completeOrGiveBack(f, won, won, key);
         });
     }
 
@@ -273,10 +270,7 @@ public final class LockingCenter {
             } else {
                 @SuppressWarnings("unchecked")
                 T value = (T) held;
-                if (!f.complete(value)) {
-                    // Granted just as the caller gave up: nobody will release it, so do it now.
-                    releaseQuietly(key);
-                }
+                completeOrGiveBack(f, value, true, key);
             }
         });
         if (timeout != null && !future.isDone()) {
@@ -338,6 +332,16 @@ public final class LockingCenter {
             });
         } catch (RejectedExecutionException e) {
             future.completeExceptionally(new LockingCenterException("executor rejected the request", e));
+        }
+    }
+
+    /**
+     * Completes f with value; if the caller gave up first (f is already done) and the request was
+     * granted, nobody will release the key, so it is released now.
+     */
+    private <T> void completeOrGiveBack(CompletableFuture<T> f, T value, boolean granted, String key) {
+        if (!f.complete(value) && granted) {
+            releaseQuietly(key);
         }
     }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -528,6 +529,13 @@ func (l *Log) commit(batch []*request, buf []byte) []byte {
 	for _, r := range batch {
 		r.done <- err
 	}
+	// The callers just answered are runnable on the writer's processor.
+	// Step aside so they send their '+' now: the next batch's fsync keeps
+	// that processor for its whole length (syncAppend), and they would
+	// wait behind it, holding back the lockers whose next records would
+	// have made that batch larger. Over TCP with 64 lockers this cut the
+	// fsyncs per acquire by a fifth (see the README's Performance section).
+	runtime.Gosched()
 	if cap(buf) > 1<<20 {
 		buf = nil // do not keep a burst's buffer for ever
 	}

@@ -62,12 +62,14 @@ func TestSyncAppend(t *testing.T) {
 }
 
 // countingFS is OSFS whose files count their fsyncs by kind. With fake
-// set they only pretend to sync, taking delay.
+// set they only pretend to sync, taking delay, and call onAppendSync (when
+// set) from every SyncAppend.
 type countingFS struct {
 	OSFS
 	sync, syncAppend atomic.Int64
 	fake             bool
 	delay            atomic.Int64 // nanoseconds
+	onAppendSync     atomic.Pointer[func()]
 }
 
 type countingFile struct {
@@ -85,7 +87,12 @@ func (fsys *countingFS) OpenFile(name string, flag int, perm os.FileMode) (File,
 
 func (f countingFile) Sync() error { return f.count(&f.fs.sync, f.osFile.Sync) }
 
-func (f countingFile) SyncAppend() error { return f.count(&f.fs.syncAppend, f.osFile.SyncAppend) }
+func (f countingFile) SyncAppend() error {
+	if hook := f.fs.onAppendSync.Load(); hook != nil && f.fs.fake {
+		(*hook)()
+	}
+	return f.count(&f.fs.syncAppend, f.osFile.SyncAppend)
+}
 
 // count counts one fsync in n and makes it with sync, or only pretends.
 func (f countingFile) count(n *atomic.Int64, sync func() error) error {
@@ -172,4 +179,58 @@ func TestSlowSyncsGoThroughTheScheduler(t *testing.T) {
 	acquire(4) // after a slow one: Sync, which is quick
 	acquire(5)
 	want("quick again", 3, 3)
+}
+
+// TestAnsweredCallersRunFirst: the callers a batch answers run before the
+// writer starts the next batch's fsync, which may keep the writer's
+// processor for its whole length (syncAppend). With one processor the
+// order shows: caller A's fsync is held until caller B's record is queued,
+// and when B's batch is synced A must have returned. The Go scheduler
+// takes from its global queue first once in 61 turns, so a round may see
+// the writer first; without the writer stepping aside, every round does.
+func TestAnsweredCallersRunFirst(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	fsys := &countingFS{fake: true}
+	l, _ := open(t, filepath.Join(t.TempDir(), "locks.wal"), Options{FS: fsys})
+	const rounds = 40
+	first := 0
+	for i := range rounds {
+		var returned, ranFirst atomic.Bool
+		held, proceed := make(chan struct{}), make(chan struct{})
+		syncs := 0 // touched by the writer goroutine only
+		hook := func() {
+			switch syncs++; syncs {
+			case 1: // A's batch
+				close(held)
+				<-proceed
+			case 2: // B's batch
+				ranFirst.Store(returned.Load())
+			}
+		}
+		fsys.onAppendSync.Store(&hook)
+		errA, errB := make(chan error, 1), make(chan error, 1)
+		go func() { // ends when A's record is answered
+			err := l.Acquire(fmt.Sprintf("a-%d", i), holder(i))
+			returned.Store(true)
+			errA <- err
+		}()
+		<-held
+		go func() { errB <- l.Acquire(fmt.Sprintf("b-%d", i), holder(i)) }() // ends when B's is answered
+		for len(l.queue) == 0 {
+			runtime.Gosched() // until B's record waits for the writer
+		}
+		close(proceed)
+		if err := errors.Join(<-errA, <-errB); err != nil {
+			t.Fatal(err)
+		}
+		if n := fsys.syncAppend.Load(); n != int64(2*(i+1)) {
+			t.Fatalf("round %d: %d fsyncs so far, want %d: A and B shared a batch", i, n, 2*(i+1))
+		}
+		if ranFirst.Load() {
+			first++
+		}
+	}
+	if first < rounds/2 {
+		t.Errorf("the answered caller had returned before the next fsync in %d of %d rounds, want most", first, rounds)
+	}
 }

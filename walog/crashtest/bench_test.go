@@ -23,9 +23,26 @@ import (
 // It also reports the CPU time the server and the lockers spent per
 // acquire: where both share the machine's cores and keep them busy, the
 // ratio is set by what the log adds to those, not by fsync latency.
+//
+// The alternating run measures the same two servers taking turns every
+// few thousand acquires, so that the machine's drift in speed between the
+// two phases of a run does not decide the ratio; it reports the ratio
+// itself.
 func BenchmarkBinaryTCP(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { benchBinary(b, "") })
 	b.Run("wal", func(b *testing.B) { benchBinary(b, filepath.Join(b.TempDir(), "locks.wal")) })
+	b.Run("alternating", func(b *testing.B) {
+		memory := start(b, "", "WEB_ADDRESS=127.0.0.1:0")
+		defer memory.kill()
+		wal := start(b, filepath.Join(b.TempDir(), "locks.wal"), "WEB_ADDRESS=127.0.0.1:0")
+		defer wal.kill()
+		before := fsyncCount(b, wal)
+		perSecond := bench.Alternating(b, 64, 8000, memory.addr, wal.addr)
+		b.ReportMetric(perSecond[0], "memory-acquires/s")
+		b.ReportMetric(perSecond[1], "wal-acquires/s")
+		b.ReportMetric(perSecond[1]/perSecond[0], "wal/memory")
+		b.ReportMetric((fsyncCount(b, wal)-before)/float64(max(1, b.N/2)), "fsyncs/acquire")
+	})
 }
 
 func benchBinary(b *testing.B, dataPath string) {

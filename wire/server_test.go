@@ -338,6 +338,9 @@ func TestConnectionLimit(t *testing.T) {
 	if got := ts.ask(t, Lock, "k", "h"); got != '+' {
 		t.Fatal(got)
 	}
+	// The server counts a connection until its handler has closed it,
+	// which may be just after the client read the answer.
+	waitUntil(t, "the holder's connection closed", func() bool { return ts.Connections() == 0 })
 	w1 := ts.send(t, frame(Lock, "k", "w1"))
 	w2 := ts.send(t, frame(Lock, "k", "w2"))
 	waitUntil(t, "two waiters", func() bool { return ts.queued("k") == 2 })

@@ -190,6 +190,7 @@ func TestSlowSyncsGoThroughTheScheduler(t *testing.T) {
 // the writer first; without the writer stepping aside, every round does.
 func TestAnsweredCallersRunFirst(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	setQuickSync(t, time.Hour) // A's fsync, held for the test, is slow
 	fsys := &countingFS{fake: true}
 	l, _ := open(t, filepath.Join(t.TempDir(), "locks.wal"), Options{FS: fsys})
 	const rounds = 40

@@ -19,7 +19,7 @@ import (
 // before the load, stops it after, and reports acquires/s.
 func Lockers(b *testing.B, addr string, n int) {
 	var next atomic.Int64
-	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	SetLockers(b, n)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := next.Add(1)
@@ -32,6 +32,11 @@ func Lockers(b *testing.B, addr string, n int) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquires/s")
+}
+
+// SetLockers makes b.RunParallel run at least n goroutines.
+func SetLockers(b *testing.B, n int) {
+	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 }
 
 // Alternating runs the load of Lockers (n lockers, keys of their own)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,11 +21,6 @@ import (
 
 // lockers is the concurrency the targets are stated for.
 const lockers = 64
-
-// setLockers makes RunParallel run at least n goroutines.
-func setLockers(b *testing.B, n int) {
-	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-}
 
 // fsyncEach is the design group commit replaces: every record is written
 // and fsynced on its own, one at a time.
@@ -61,7 +55,7 @@ func (j *fsyncEach) Release(key string) error { return j.write(2, key, 0) }
 // and an unlock per iteration, and reports acquires per second.
 func lockUnlock(b *testing.B, table *locker.Table) {
 	var next atomic.Int64
-	setLockers(b, lockers)
+	bench.SetLockers(b, lockers)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := next.Add(1)

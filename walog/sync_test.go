@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/locking-center/locking-center/bench"
 )
 
 // The writer syncs its batches through SyncAppend when the file has it.
@@ -233,5 +235,45 @@ func TestAnsweredCallersRunFirst(t *testing.T) {
 	}
 	if first < rounds/2 {
 		t.Errorf("the answered caller had returned before the next fsync in %d of %d rounds, want most", first, rounds)
+	}
+}
+
+// BenchmarkFdatasync measures a 1,000-byte write (about a busy batch) and
+// its fdatasync, in wall and CPU time: appended, as the log's batches are
+// (the file grows, so the fsync also commits the new size to the file
+// system's journal), and overwriting blocks written before, as a
+// pre-zeroed reserve at the end of the log would.
+func BenchmarkFdatasync(b *testing.B) {
+	rec := make([]byte, 1000)
+	for _, mode := range []string{"append", "overwrite"} {
+		b.Run(mode, func(b *testing.B) {
+			f, err := os.Create(filepath.Join(b.TempDir(), "synced"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			if mode == "overwrite" {
+				if err := writeSync(osFile{f}, make([]byte, b.N*len(rec)), f.Name()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := bench.ProcessCPU()
+			b.ResetTimer()
+			for i := range b.N {
+				if mode == "append" {
+					_, err = f.Write(rec)
+				} else {
+					_, err = f.WriteAt(rec, int64(i*len(rec)))
+				}
+				if err == nil {
+					err = syncFile(f)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(bench.ProcessCPU()-cpu)/float64(b.N)/1e3, "cpu-µs/op")
+		})
 	}
 }

@@ -50,13 +50,44 @@ func benchBinary(b *testing.B, dataPath string) {
 	defer srv.kill()
 	before := fsyncCount(b, srv)
 	cpu := serverCPU(b, srv)
-	own := selfCPU()
+	own := bench.ProcessCPU()
+	idle, total := machineIdle()
 	bench.Lockers(b, srv.addr, 64)
+	if idle2, total2 := machineIdle(); total2 > total {
+		b.ReportMetric(100*float64(idle2-idle)/float64(total2-total), "idle-%")
+	}
 	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/float64(b.N)/1e3, "server-cpu-µs/acquire")
-	b.ReportMetric(float64(selfCPU()-own)/float64(b.N)/1e3, "lockers-cpu-µs/acquire")
+	b.ReportMetric(float64(bench.ProcessCPU()-own)/float64(b.N)/1e3, "lockers-cpu-µs/acquire")
 	if dataPath != "" {
 		b.ReportMetric(float64(fsyncCount(b, srv)-before)/float64(b.N), "fsyncs/acquire")
 	}
+}
+
+// machineIdle reads, from /proc/stat, the clock ticks all cores have spent
+// idle or waiting for I/O, and all ticks: where the lockers and the server
+// share the cores, the time they leave unused is the other half of the
+// ratio. It returns zeros where /proc is missing.
+func machineIdle() (idle, total uint64) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, s := range f[1:9] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		total += n
+		if i == 3 || i == 4 {
+			idle += n
+		}
+	}
+	return idle, total
 }
 
 // serverCPU reads the server process's user and system CPU time so far
@@ -71,8 +102,11 @@ func serverCPU(b *testing.B, srv *server) time.Duration {
 	// count from the last ") ". utime and stime are then the 12th and 13th
 	// fields, in clock ticks.
 	i := bytes.LastIndex(stat, []byte(") "))
+	if i < 0 {
+		b.Fatalf("unexpected /proc stat %q", stat)
+	}
 	f := strings.Fields(string(stat[i+2:]))
-	if i < 0 || len(f) < 13 {
+	if len(f) < 13 {
 		b.Fatalf("unexpected /proc stat %q", stat)
 	}
 	var ticks int64

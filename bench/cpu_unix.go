@@ -1,14 +1,15 @@
 //go:build unix
 
-package crashtest
+package bench
 
 import (
 	"syscall"
 	"time"
 )
 
-// selfCPU is the CPU time this process (the lockers) has used so far.
-func selfCPU() time.Duration {
+// ProcessCPU is the CPU time (user and system) this process has used so
+// far, for benchmarks that report what a load costs besides its duration.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

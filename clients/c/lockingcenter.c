@@ -368,33 +368,50 @@ static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel
 }
 
 /*
+ * Reads the one-byte answer: waits for fd to be readable (before deadline,
+ * unless cancel triggers), then receives a byte, retrying on EINTR/EAGAIN.
+ * Returns LC_OK with *answer set; the wait's error (LC_ERR_TIMEOUT,
+ * LC_ERR_CANCELED, LC_ERR_SYSTEM); or LC_ERR_UNREACHABLE at EOF (errno
+ * ECONNRESET) or on a read error (errno from recv). Does not close fd.
+ */
+static lc_err read_answer(int fd, int64_t deadline, const lc_cancel *cancel, uint8_t *answer) {
+    for (;;) {
+        lc_err e = wait_fd(fd, POLLIN, deadline, cancel);
+        if (e != LC_OK) {
+            return e;
+        }
+        ssize_t n = recv(fd, answer, 1, 0);
+        if (n == 1) {
+            return LC_OK;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+            continue;
+        }
+        if (n == 0) {
+            errno = ECONNRESET;
+        }
+        return LC_ERR_UNREACHABLE;
+    }
+}
+
+/*
  * Hangs up on a request whose frame was sent, for reason why (timeout,
  * cancel). Closing outright would discard a '+' the server sent just before
  * it noticed the hang-up, leaving the key held by nobody. So: shut down the
  * write side (the server reads EOF, withdraws the waiter and closes), then
  * read until that close, for at most LC_GIVE_UP_GRACE_MS. An answer that
- * arrives meanwhile is the call's answer (LC_OK with *answer set); else why.
+ * arrives meanwhile is the call's answer (LC_OK with *answer set); else why
+ * (grace over, or EOF / an error: the server withdrew the waiter). errno is
+ * kept.
  */
 static lc_err give_up(int fd, lc_err why, uint8_t *answer) {
     int saved = errno;
-    lc_err result = why;
     shutdown(fd, SHUT_WR);
-    int64_t deadline = now_ms() + LC_GIVE_UP_GRACE_MS;
     /* No cancel token here: it stays triggered. */
-    while (wait_fd(fd, POLLIN, deadline, NULL) == LC_OK) {
-        ssize_t n = recv(fd, answer, 1, 0);
-        if (n == 1) {
-            result = LC_OK;
-            break;
-        }
-        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-            continue;
-        }
-        break; /* EOF or error: the server withdrew the waiter */
-    }
+    lc_err e = read_answer(fd, now_ms() + LC_GIVE_UP_GRACE_MS, NULL, answer);
     close(fd);
     errno = saved;
-    return result;
+    return e == LC_OK ? LC_OK : why;
 }
 
 /*
@@ -439,26 +456,18 @@ static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, in
         return LC_ERR_UNREACHABLE;
     }
 
-    for (;;) {
-        e = wait_fd(fd, POLLIN, deadline, cancel);
-        if (e != LC_OK) {
-            /* A granted key must not be reported as not granted. */
-            return give_up(fd, e, answer);
-        }
-        ssize_t n = recv(fd, answer, 1, 0);
-        if (n == 1) {
-            close(fd);
-            return LC_OK;
-        }
-        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-        }
-        close_keep_errno(fd);
-        return LC_ERR_UNREACHABLE;
+    e = read_answer(fd, deadline, cancel, answer);
+    if (e == LC_OK) {
+        close(fd);
+        return LC_OK;
     }
+    if (e == LC_ERR_UNREACHABLE) {
+        close_keep_errno(fd);
+        return e;
+    }
+    /* Timeout, cancel or a failed wait: a granted key must not be reported
+     * as not granted. */
+    return give_up(fd, e, answer);
 }
 
 /* lc_encode refuses a NULL or bad key, roundtrip a NULL client. */

@@ -295,7 +295,7 @@ public:
         case '+': return true;
         case '#': return false;
         case '-': throw refused_error(context(action::try_lock, key) + ": refused");
-        default: throw protocol_error("lockingcenter: try_lock: unexpected answer");
+        default: throw unexpected(action::try_lock);
         }
     }
 
@@ -320,6 +320,9 @@ public:
 
 private:
     using opt_ms = std::optional<std::chrono::milliseconds>;
+
+    // How long give_up reads on after hanging up, for a grant on its way.
+    static constexpr auto give_up_grace = std::chrono::seconds(2);
 
     std::string host_, port_, source_;
     options opts_;
@@ -366,7 +369,7 @@ private:
         switch (request(action::lock, key, source_, timeout, cancel)) {
         case '+': return;
         case '-': throw reset_error(context(action::lock, key) + ": reset while waiting");
-        default: throw protocol_error("lockingcenter: lock: unexpected answer");
+        default: throw unexpected(action::lock);
         }
     }
 
@@ -383,7 +386,7 @@ private:
         switch (request(a, key, source, io_timeout(), nullptr)) {
         case '+': return;
         case '-': throw refused_error(context(a, key) + ": refused");
-        default: throw protocol_error(std::string("lockingcenter: ") + action_name(a) + ": unexpected answer");
+        default: throw unexpected(a);
         }
     }
 
@@ -415,23 +418,39 @@ private:
 
     std::string where() const { return host_.find(':') != std::string::npos ? "[" + host_ + "]:" + port_ : host_ + ":" + port_; }
 
+    // Reads the one-byte answer: waits for fd to be readable (before
+    // deadline, unless cancel fires), then receives a byte, retrying on
+    // EINTR/EAGAIN. Returns 0 with answer set; wait_fd's 1 (deadline) or 2
+    // (cancelled); -1 at EOF; -2 on a read error (errno set by recv).
+    static int read_answer(int fd, std::optional<clock::time_point> deadline, const cancel_token* cancel,
+                           char& answer) {
+        for (;;) {
+            int w = wait_fd(fd, POLLIN, deadline, cancel);
+            if (w != 0) return w;
+            ssize_t n = ::recv(fd, &answer, 1, 0);
+            if (n == 1) return 0;
+            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+            return n == 0 ? -1 : -2;
+        }
+    }
+
     // Hangs up on a request whose frame was sent. Closing outright would
     // discard a '+' the server sent just before it noticed the hang-up,
     // leaving the key held by nobody. So: shut down the write side (the
     // server reads EOF, withdraws the waiter and closes), then read until
-    // that close, for at most 2 s. Returns an answer that arrived meanwhile.
+    // that close, for at most give_up_grace. Returns an answer that arrived
+    // meanwhile; nothing when the grace ran out or at EOF or an error (the
+    // server withdrew the waiter).
     static std::optional<char> give_up(int fd) {
         ::shutdown(fd, SHUT_WR);
-        auto deadline = clock::now() + std::chrono::seconds(2);
+        char answer = 0;
         // No cancel token here: it stays cancelled.
-        while (wait_fd(fd, POLLIN, deadline, nullptr) == 0) {
-            char answer = 0;
-            ssize_t n = ::recv(fd, &answer, 1, 0);
-            if (n == 1) return answer;
-            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-            break;  // EOF or error: the server withdrew the waiter
-        }
+        if (read_answer(fd, clock::now() + give_up_grace, nullptr, answer) == 0) return answer;
         return std::nullopt;
+    }
+
+    static protocol_error unexpected(action a) {
+        return protocol_error(std::string("lockingcenter: ") + action_name(a) + ": unexpected answer");
     }
 
     [[noreturn]] static void gave_up(int why, const std::string& ctx) {
@@ -536,23 +555,19 @@ private:
             throw unreachable_error(ctx + ": send to " + where() + ": " + detail::errno_text(code), code);
         }
 
-        for (;;) {
-            int w = wait_fd(fd.get(), POLLIN, deadline, cancel);
-            char answer = 0;
-            if (w != 0) {
-                // Giving up: a granted key must not be reported as not granted.
-                if (auto late = give_up(fd.get())) return *late;
-                gave_up(w, ctx);
-            }
-            ssize_t n = ::recv(fd.get(), &answer, 1, 0);
-            if (n == 1) return answer;
-            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-            int code = n == 0 ? ECONNRESET : errno;
-            throw unreachable_error(ctx + ": " + where() +
-                                        (n == 0 ? std::string(": connection closed without an answer")
-                                                : ": " + detail::errno_text(code)),
-                                    code);
+        char answer = 0;
+        int r = read_answer(fd.get(), deadline, cancel, answer);
+        if (r == 0) return answer;
+        if (r > 0) {
+            // Giving up: a granted key must not be reported as not granted.
+            if (auto late = give_up(fd.get())) return *late;
+            gave_up(r, ctx);
         }
+        int code = r == -1 ? ECONNRESET : errno;
+        throw unreachable_error(ctx + ": " + where() +
+                                    (r == -1 ? std::string(": connection closed without an answer")
+                                             : ": " + detail::errno_text(code)),
+                                code);
     }
 };
 

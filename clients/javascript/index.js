@@ -309,7 +309,6 @@ export class Client {
       }
       let settled = false;
       let connected = false;
-      let sent = false;
       let givenUp = null; // { error, own } once the caller gave up after the frame went out
       let graceTimer;
       const socket = net.createConnection({ host: this.#host, port: this.#port, noDelay: true });
@@ -335,15 +334,13 @@ export class Client {
       // abort reason, so a failed give-back may be chained to it as its cause.
       const giveUp = (err, own) => {
         if (settled || givenUp) return;
-        if (!sent || (frame[0] !== Action.LOCK && frame[0] !== Action.TRY_LOCK)) {
+        if (!connected || (frame[0] !== Action.LOCK && frame[0] !== Action.TRY_LOCK)) {
           fail(err);
           return;
         }
         givenUp = { error: err, own };
-        clearTimeout(answerTimer);
-        signal?.removeEventListener('abort', onAbort);
         socket.end();
-        graceTimer = setTimeout(() => fail(err), HANG_UP_GRACE_MS);
+        graceTimer = setTimeout(fail, HANG_UP_GRACE_MS);
       };
       const connectTimer = setTimeout(
         () => fail(new UnreachableError(`connecting to ${address} timed out after ${this.connectTimeout} ms`)),
@@ -370,7 +367,6 @@ export class Client {
         connected = true;
         clearTimeout(connectTimer);
         socket.write(frame);
-        sent = true;
       });
       socket.on('data', (chunk) => {
         if (settled) return;

@@ -270,7 +270,9 @@ class HangUpServer(LoopbackServer):
     The first connection's frame is read, then the fake waits for the client
     to hang up (EOF) and, with ``grant``, sends '+' 150 ms later, as a grant
     the server sent just before it noticed the hang-up would arrive; without
-    ``grant`` it closes unanswered, as the server does.  Later connections
+    ``grant`` it closes unanswered, as the server does.  With ``grant``
+    "silent" it neither answers nor closes: the connection stays open until
+    ``close()``, as from a server that stopped answering.  Later connections
     (a client giving the key back) are recorded and answered ``later``.
     """
 
@@ -282,6 +284,7 @@ class HangUpServer(LoopbackServer):
         self.got_frame = threading.Event()
         self.hung_up = threading.Event()
         self.later_frames = []
+        self.held = []  # silent connections, closed by close()
 
     def _handle(self, conn):
         conn.settimeout(10)
@@ -303,12 +306,19 @@ class HangUpServer(LoopbackServer):
         except OSError:
             return
         self.hung_up.set()
-        if self.grant:
+        if self.grant == "silent":
+            self.held.append(conn.dup())  # open past this handler, which closes conn
+        elif self.grant:
             time.sleep(0.15)
             try:
                 conn.sendall(b"+")
             except OSError:
                 pass  # the client closed outright: the grant is lost
+
+    def close(self):
+        super().close()
+        for conn in self.held:
+            conn.close()
 
 
 def _run_cancelled(fake, make_coro):
@@ -399,7 +409,6 @@ def test_give_up_unlocks_a_grant_that_crossed_the_hang_up(hang_up_server, give_u
     fake = hang_up_server(grant=True)
     give_up(fake)
     assert fake.hung_up.wait(5), "the fake never saw the client hang up"
-    assert fake.frame[0] in (1, 5)
     # Given back before the error was raised: an Unlock of the same key and source.
     assert fake.later_frames == [b"\x02" + fake.frame[1:]]
 
@@ -425,3 +434,40 @@ def test_give_up_error_wins_over_the_unlock_error(hang_up_server, give_up):
         err = err.__cause__
         causes.append(err)
     assert any(isinstance(c, RefusedError) for c in causes), causes  # ...with the unlock's chained
+
+
+def lock_sync(fake, timeout):
+    Client(fake.address, source="svc-a").lock("abc", timeout=timeout)
+
+
+def lock_async(fake, timeout):
+    asyncio.run(AsyncClient(fake.address, source="svc-a").lock("abc", timeout=timeout))
+
+
+@pytest.mark.parametrize("lock", [lock_sync, lock_async], ids=["sync", "async"])
+def test_give_up_reads_on_for_at_most_the_grace(hang_up_server, lock):
+    """The README's "reads on for at most 2 s", against a fake that neither
+    answers nor closes after the hang-up."""
+    fake = hang_up_server(grant="silent")
+    timeout, grace = 0.2, 2.0  # grace: _HANG_UP_GRACE, as the README promises
+    outcome = []
+
+    def run():
+        try:
+            lock(fake, timeout)
+        except BaseException as e:
+            outcome.append((e, time.monotonic()))
+        else:
+            outcome.append((None, time.monotonic()))
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(3.5)  # a client still reading is freed when the fake closes
+    assert outcome, "still waiting after %.2fs" % (time.monotonic() - started)
+    err, ended = outcome[0]
+    assert isinstance(err, LockTimeoutError), repr(err)
+    elapsed = ended - started
+    assert elapsed >= timeout + grace - 0.05, "raised after %.2fs, before the grace ran out" % elapsed
+    assert fake.hung_up.is_set()
+    assert fake.later_frames == []  # no '+' came back: nothing to unlock

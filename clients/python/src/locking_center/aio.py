@@ -14,7 +14,7 @@ from typing import Any, Coroutine, Generator, Optional, Type
 
 from . import _protocol as proto
 from ._protocol import Action, Text
-from .client import HANG_UP_GRACE, _ClientBase
+from .client import _HANG_UP_GRACE, _ClientBase
 from .errors import (
     LockingCenterError,
     NotWonError,
@@ -225,25 +225,18 @@ class AsyncClient(_ClientBase):
     async def _give_up(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes, why: BaseException
     ) -> BaseException:
-        """Hang up a request given up after its frame was sent; return ``why``.
-
-        Only the write side is closed: the server reads EOF and withdraws the
-        waiter, while a '+' it sent just before it noticed is still read, for
-        at most ``HANG_UP_GRACE`` seconds.  Such a Lock or TryLock grant is
-        unlocked again; if that unlock fails, its error becomes ``why``'s
-        cause instead of replacing it.
-        """
+        """Hang up a request given up; return ``why`` (see :meth:`_ClientBase._give_back_frame`)."""
         unlock = self._give_back_frame(frame)
         if unlock is None:
             return why
         try:
             writer.write_eof()
-            granted = await asyncio.wait_for(reader.read(1), HANG_UP_GRACE) == bytes((proto.OK,))
+            granted = await asyncio.wait_for(reader.read(1), _HANG_UP_GRACE) == bytes((proto.OK,))
         except (OSError, asyncio.TimeoutError):  # closed, reset or silent: no grant came back
             return why
         if granted:
             try:
-                await self._expect_ok(unlock, "unlock of a key granted as the request gave up")
+                await self._expect_ok(unlock, self._GIVE_BACK_WHAT)
             except LockingCenterError as e:
                 why.__cause__ = e
         return why

@@ -26,7 +26,7 @@ __all__ = ["Client", "HeldLock"]
 # How often a waiting lock looks at its ``cancel`` event.
 _CANCEL_POLL = 0.05
 # How long a request given up still reads after closing its write side.
-HANG_UP_GRACE = 2.0
+_HANG_UP_GRACE = 2.0
 
 
 def _default_address() -> str:
@@ -70,10 +70,22 @@ class _ClientBase:
             return LockTimeoutError("not granted within %ss" % (timeout,))
         return UnreachableError("no answer from %s within %ss" % (self.address, timeout))
 
+    # What the give-back Unlock is called in its RefusedError.
+    _GIVE_BACK_WHAT = "unlock of a key granted as the request gave up"
+
     @staticmethod
     def _give_back_frame(frame: bytes) -> Optional[bytes]:
         """The Unlock giving back a grant of ``frame``'s request (same key and
-        source), or None when that request grants nothing."""
+        source), or None when that request grants nothing.
+
+        Each client's ``_give_up`` hangs up a request given up after its frame
+        was sent, and returns ``why``, the reason it was given up.  Only the
+        write side is closed: the server reads EOF and withdraws the waiter,
+        while a '+' it sent just before it noticed is still read, for at most
+        ``_HANG_UP_GRACE`` seconds.  Such a Lock or TryLock grant is unlocked
+        again with this frame; if that unlock fails, its error becomes
+        ``why``'s cause instead of replacing it.
+        """
         if frame[0] not in (Action.LOCK, Action.TRY_LOCK):
             return None
         return bytes((Action.UNLOCK,)) + frame[1:]
@@ -274,26 +286,19 @@ class Client(_ClientBase):
                 return data[0]
 
     def _give_up(self, sock: socket.socket, frame: bytes, why: BaseException) -> BaseException:
-        """Hang up a request given up after its frame was sent; return ``why``.
-
-        Only the write side is closed: the server reads EOF and withdraws the
-        waiter, while a '+' it sent just before it noticed is still read, for
-        at most :data:`HANG_UP_GRACE` seconds.  Such a Lock or TryLock grant
-        is unlocked again; if that unlock fails, its error becomes ``why``'s
-        cause instead of replacing it.
-        """
+        """Hang up a request given up; return ``why`` (see :meth:`_ClientBase._give_back_frame`)."""
         unlock = self._give_back_frame(frame)
         if unlock is None:
             return why
         try:
             sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(HANG_UP_GRACE)
+            sock.settimeout(_HANG_UP_GRACE)
             granted = sock.recv(1) == bytes((proto.OK,))
         except OSError:  # closed, reset or silent: no grant came back
             return why
         if granted:
             try:
-                self._expect_ok(unlock, "unlock of a key granted as the request gave up")
+                self._expect_ok(unlock, self._GIVE_BACK_WHAT)
             except LockingCenterError as e:
                 why.__cause__ = e
         return why

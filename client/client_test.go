@@ -206,16 +206,17 @@ func TestCancelWithdrawsWaiter(t *testing.T) {
 // Lock only after the client gave up, as the real one does when the grant
 // and the hang-up cross on the wire. The client must read that '+' and
 // unlock the key on a new connection, still returning ctx's error; with no
-// grant it must send nothing more.
+// grant it must send nothing more; and from a server that neither answers
+// nor closes it must still return once hangUpGrace has passed.
 func TestGrantCrossingTheHangUp(t *testing.T) {
-	for _, grant := range []bool{true, false} {
-		t.Run(fmt.Sprintf("grant=%v", grant), func(t *testing.T) {
+	for _, after := range []string{"grant", "close", "silence"} {
+		t.Run(after, func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			frames := make(chan wire.Frame, 4)
-			served := make(chan struct{})
+			served, ended := make(chan struct{}), make(chan struct{})
 			go func() { // ends when the listener is closed below
 				defer close(served)
 				for i := 0; ; i++ {
@@ -232,8 +233,14 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 					frames <- f
 					if i == 0 {
 						_, _ = io.Copy(io.Discard, c) // a waiter until the client hangs up
-						if grant {
+						switch after {
+						case "grant":
 							_, _ = c.Write([]byte{wire.AnswerOK})
+						case "silence":
+							select { // keep the connection open, answering nothing
+							case <-ended:
+							case <-time.After(10 * time.Second):
+							}
 						}
 					} else {
 						_, _ = c.Write([]byte{wire.AnswerOK})
@@ -241,7 +248,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 					c.Close()
 				}
 			}()
-			defer func() { l.Close(); <-served }()
+			defer func() { close(ended); l.Close(); <-served }()
 
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
@@ -250,20 +257,24 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 				t.Fatalf("first frame %+v, want Lock k", f)
 			}
 			cancel()
+			gaveUp := time.Now()
 			if err := <-errc; !errors.Is(err, context.Canceled) || err.Error() != context.Canceled.Error() {
 				t.Fatalf("cancelled Lock = %v, want just context.Canceled", err)
+			}
+			if took := time.Since(gaveUp); after == "silence" && (took < client.HangUpGrace*9/10 || took > client.HangUpGrace+3*time.Second) {
+				t.Errorf("from a silent server Lock returned %v after giving up, want about %v", took, client.HangUpGrace)
 			}
 			// The give-back, if any, was answered before Lock returned.
 			select {
 			case f := <-frames:
-				if !grant {
+				if after != "grant" {
 					t.Fatalf("sent %+v after giving up with no grant", f)
 				}
 				if f.Action != wire.Unlock || f.Key != "k" {
 					t.Fatalf("after the crossing grant: %+v, want Unlock k", f)
 				}
 			default:
-				if grant {
+				if after == "grant" {
 					t.Fatal("the grant that crossed the hang-up was not unlocked again")
 				}
 			}

@@ -1,0 +1,4 @@
+package client
+
+// HangUpGrace is hangUpGrace, for the tests of the client package.
+const HangUpGrace = hangUpGrace

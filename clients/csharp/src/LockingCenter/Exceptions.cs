@@ -102,15 +102,14 @@ namespace LockingCenter
         /// <param name="key">The key that was waited for.</param>
         /// <param name="timeout">The timeout that passed.</param>
         public LockTimeoutException(string key, TimeSpan timeout)
-            : base("gave up waiting for key " + WireFormat.Quote(key) + " after " + (long)timeout.TotalMilliseconds + " ms")
+            : this(key, timeout, null)
         {
-            Key = key;
         }
 
         // inner: the error of unlocking a grant that came in as the client gave up, or null.
         internal LockTimeoutException(string key, TimeSpan timeout, Exception inner)
             : base("gave up waiting for key " + WireFormat.Quote(key) + " after " + (long)timeout.TotalMilliseconds + " ms"
-                   + (inner == null ? "" : "; the lock granted meanwhile could not be unlocked again: " + inner.Message), inner)
+                   + (inner == null ? "" : LockingCenterClient.GiveBackFailedNote + inner.Message), inner)
         {
             Key = key;
         }

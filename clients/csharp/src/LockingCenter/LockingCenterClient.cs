@@ -45,6 +45,10 @@ namespace LockingCenter
         /// <summary>How long a Lock that gave up still reads after its hang-up, for a grant already sent.</summary>
         private static readonly TimeSpan HangUpGrace = TimeSpan.FromSeconds(2);
 
+        // Appended, with the unlock's error message, to the message of giving up when the give-back of a
+        // grant that came in meanwhile failed (OperationCanceledException and LockTimeoutException).
+        internal const string GiveBackFailedNote = "; the lock granted meanwhile could not be unlocked again: ";
+
         private readonly string _host;
         private readonly int _port;
         private readonly TimeSpan _connectTimeout;
@@ -315,10 +319,8 @@ namespace LockingCenter
                     Exception error = null;
                     try
                     {
-                        using (limit.Token.Register(() => socket.Close()))
-                        {
-                            await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
-                        }
+                        // ConnectAsync closes the socket itself when limit.Token is cancelled.
+                        await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
                         connected = true;
                         using (limit.Token.Register(() => { if (waits) HangUp(socket); else socket.Close(); }))
                         {
@@ -374,7 +376,7 @@ namespace LockingCenter
                 catch (LockingCenterException e)
                 {
                     unlockError = e;
-                    note = "; the lock granted meanwhile could not be unlocked again: " + e.Message;
+                    note = GiveBackFailedNote + e.Message;
                 }
             }
             if (cancellationToken.IsCancellationRequested)

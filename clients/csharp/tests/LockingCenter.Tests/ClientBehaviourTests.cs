@@ -167,50 +167,68 @@ namespace LockingCenter.Tests
             }
         }
 
-        [Fact]
-        public async Task GrantAfterCancellingIsUnlockedAgain()
+        [Theory]
+        [InlineData('+')]
+        [InlineData('-')]
+        public async Task GrantAfterCancellingIsUnlockedAgain(char unlockAnswer)
         {
             // The server's '+' crosses the client's hang-up on the wire: the key is held on the server,
             // so the client must give it back (a new connection with an Unlock frame) and still report
-            // the cancellation.
-            using (var fake = GrantingAfterHangUp('+'))
+            // the cancellation. When that unlock is answered '-', its error is the cancellation's
+            // InnerException rather than dropped (README).
+            using (var fake = GrantingAfterHangUp(unlockAnswer))
             using (var cts = new CancellationTokenSource())
             {
                 var client = new LockingCenterClient(fake.Address, "a");
                 Task<LockHandle> waiting = client.LockAsync("k", cts.Token);
                 Assert.True(fake.Received.Wait(Patience));
                 cts.Cancel();
-                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
+                var e = await Assert.ThrowsAnyAsync<OperationCanceledException>(() => waiting);
                 Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
                 Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
                 Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
+                if (unlockAnswer == '-')
+                    Assert.True(e.InnerException is RefusedException, "inner: " + e.InnerException);
             }
         }
 
-        [Fact]
-        public async Task GrantAfterTheLockTimeoutIsUnlockedAgain()
+        [Theory]
+        [InlineData('+')]
+        [InlineData('-')]
+        public async Task GrantAfterTheLockTimeoutIsUnlockedAgain(char unlockAnswer)
         {
-            using (var fake = GrantingAfterHangUp('+'))
-            {
-                var client = new LockingCenterClient(fake.Address, "a");
-                await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
-                Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
-                Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
-            }
-        }
-
-        [Fact]
-        public async Task FailedUnlockOfARacedGrantKeepsTheTimeoutError()
-        {
-            // The unlock of the raced grant is answered '-': the caller still gets the timeout, with the
-            // unlock's error attached rather than dropped.
-            using (var fake = GrantingAfterHangUp('-'))
+            // The caller gets the timeout either way; when the unlock of the raced grant is answered
+            // '-', with the unlock's error attached rather than dropped.
+            using (var fake = GrantingAfterHangUp(unlockAnswer))
             {
                 var client = new LockingCenterClient(fake.Address, "a");
                 var e = await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(300)));
-                Assert.True(e.InnerException is RefusedException, "inner: " + e.InnerException);
+                // The give-back was answered before the timeout was raised: both frames are in already.
                 Assert.Equal(2, fake.Frames.Count);
+                Assert.True(fake.WaitForFrames(2, Patience), "no unlock after the raced grant");
                 Assert.Equal(UnlockK, Vectors.Hex(fake.Frames[1]));
+                if (unlockAnswer == '-')
+                    Assert.True(e.InnerException is RefusedException, "inner: " + e.InnerException);
+                else
+                    Assert.Null(e.InnerException);
+            }
+        }
+
+        [Fact]
+        public async Task SilentServerAfterTheHangUpDelaysTheTimeoutByAtMostTheGrace()
+        {
+            // The stand-in reads the client's hang-up, then neither answers nor closes for 5 s: the
+            // client reads on for at most its 2 s grace (the README's "up to 2 s"), not 5 s.
+            using (var fake = new FakeServer(f => FakeServer.SilentAfterHangUp))
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                var watch = Stopwatch.StartNew();
+                await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync("k", TimeSpan.FromMilliseconds(200)));
+                long ms = watch.ElapsedMilliseconds;
+                const long bound = 200 + 2000 + 1000;
+                Assert.True(ms >= 180 && ms < bound, "gave up after " + ms + " ms, bound " + bound + " ms");
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the EOF");
+                Assert.Equal(1, fake.Frames.Count);
             }
         }
 

@@ -10,14 +10,20 @@ namespace LockingCenter.Tests
     /// <summary>
     /// A loopback stand-in for the server: it reads one whole frame per connection, records it, then
     /// answers what the responder returns (a byte), closes without answering (Close), keeps the
-    /// connection open until the client hangs up (Hold), or waits for the hang-up and then answers '+'
-    /// anyway (GrantAfterHangUp: a grant that crossed the client's hang-up on the wire).
+    /// connection open until the client hangs up (Hold), waits for the hang-up and then answers '+'
+    /// anyway (GrantAfterHangUp: a grant that crossed the client's hang-up on the wire), or waits for
+    /// the hang-up and then stays silent without closing for <see cref="SilenceMilliseconds"/>
+    /// (SilentAfterHangUp).
     /// </summary>
     internal sealed class FakeServer : IDisposable
     {
         public const int Close = -1;
         public const int Hold = -2;
         public const int GrantAfterHangUp = -3;
+        public const int SilentAfterHangUp = -4;
+
+        /// <summary>How long SilentAfterHangUp keeps the connection open after the hang-up: past the client's 2 s grace.</summary>
+        public const int SilenceMilliseconds = 5000;
 
         private readonly TcpListener _listener;
         private readonly Func<byte[], int> _responder;
@@ -131,6 +137,13 @@ namespace LockingCenter.Tests
             {
                 // Wait up to 10 s for the client to hang up.
                 if (ClosedWithin(c, 10000000)) HangUp.Set();
+                return;
+            }
+            if (answer == SilentAfterHangUp)
+            {
+                if (!ClosedWithin(c, 10000000)) return;
+                HangUp.Set();
+                Thread.Sleep(SilenceMilliseconds);
                 return;
             }
             if (answer == GrantAfterHangUp)

@@ -1,6 +1,7 @@
-// Runs every public method marked [Fact] (or a subclass of it) in this assembly, one fresh instance
-// of its class per test as xunit does, awaiting the ones that return a Task. Prints one line per
-// test and then "N passed, N failed, N skipped"; exits 1 when a test failed.
+// Runs every public method marked [Fact] (or a subclass of it, such as [Theory]) in this assembly,
+// one fresh instance of its class per test as xunit does, awaiting the ones that return a Task. A
+// [Theory] runs once per [InlineData], with its arguments, as "Class.Method(arg, ...)". Prints one
+// line per test and then "N passed, N failed, N skipped"; exits 1 when a test failed.
 // Usage: mono LockingCenter.Tests.exe [substring-of-test-name ...]
 using System;
 using System.Diagnostics;
@@ -24,10 +25,11 @@ namespace LockingCenter.Tests
                 .SelectMany(t => t.GetMethods(BindingFlags.Public | BindingFlags.Instance)
                     .Where(m => m.GetCustomAttributes(typeof(FactAttribute), true).Length > 0)
                     .OrderBy(m => m.MetadataToken)
-                    .Select(m => new { Type = t, Method = m }));
+                    .SelectMany(m => Cases(m).Select(row => new { Type = t, Method = m, Args = row })));
             foreach (var test in tests)
             {
-                string name = test.Type.Name + "." + test.Method.Name;
+                string name = test.Type.Name + "." + test.Method.Name
+                    + (test.Args == null ? "" : "(" + string.Join(", ", test.Args.Select(a => a == null ? "null" : a.ToString())) + ")");
                 if (args.Length > 0 && !args.Any(a => name.IndexOf(a, StringComparison.Ordinal) >= 0)) continue;
                 var fact = (FactAttribute)test.Method.GetCustomAttributes(typeof(FactAttribute), true)[0];
                 if (fact.Skip != null)
@@ -42,7 +44,7 @@ namespace LockingCenter.Tests
                     object instance = Activator.CreateInstance(test.Type);
                     try
                     {
-                        object result = test.Method.Invoke(instance, null);
+                        object result = test.Method.Invoke(instance, test.Args);
                         var task = result as Task;
                         if (task != null && !task.Wait(TestTimeout))
                             throw new TimeoutException("test did not finish within " + TestTimeout.TotalSeconds + " s");
@@ -67,6 +69,14 @@ namespace LockingCenter.Tests
             }
             Console.WriteLine(passed + " passed, " + failed + " failed, " + skipped + " skipped");
             return failed == 0 && passed > 0 ? 0 : 1;
+        }
+
+        /// <summary>The argument lists of a test: one per [InlineData] of a [Theory], or just null (no arguments).</summary>
+        private static object[][] Cases(MethodInfo method)
+        {
+            var rows = method.GetCustomAttributes(typeof(InlineDataAttribute), true)
+                .Cast<InlineDataAttribute>().Select(d => d.Data).ToArray();
+            return rows.Length > 0 ? rows : new object[][] { null };
         }
 
         private static Exception Unwrap(Exception e)

@@ -1,7 +1,7 @@
-// A stand-in for the part of xunit the suite uses ([Fact] with Skip, and Assert), so the same test
-// files compile with Mono's mcs where the .NET SDK and NuGet packages are not available. The
-// semantics follow xunit 2: Throws/ThrowsAsync want the exact exception type, the *Any* forms
-// accept derived types. Not part of the xunit build (the test csproj does not include this folder).
+// A stand-in for the part of xunit the suite uses ([Fact] with Skip, [Theory] with [InlineData], and
+// Assert), so the same test files compile with Mono's mcs where the .NET SDK and NuGet packages are
+// not available. The semantics follow xunit 2: Throws/ThrowsAsync want the exact exception type, the
+// *Any* forms accept derived types. Not part of the xunit build (the test csproj does not include this folder).
 using System;
 using System.Collections;
 using System.Threading.Tasks;
@@ -17,6 +17,23 @@ namespace Xunit
 
         /// <summary>Name shown instead of the method name.</summary>
         public string DisplayName { get; set; }
+    }
+
+    /// <summary>Marks a test method run once per <see cref="InlineDataAttribute"/>, with its arguments.</summary>
+    [AttributeUsage(AttributeTargets.Method, AllowMultiple = false)]
+    public class TheoryAttribute : FactAttribute
+    {
+    }
+
+    /// <summary>One set of arguments of a <see cref="TheoryAttribute"/> test.</summary>
+    [AttributeUsage(AttributeTargets.Method, AllowMultiple = true)]
+    public class InlineDataAttribute : Attribute
+    {
+        /// <summary>The arguments, in parameter order.</summary>
+        public InlineDataAttribute(params object[] data) { Data = data; }
+
+        /// <summary>The arguments, in parameter order.</summary>
+        public object[] Data { get; private set; }
     }
 
     /// <summary>A failed assertion.</summary>
@@ -41,6 +58,11 @@ namespace Xunit
         public static void False(bool condition, string message)
         {
             if (condition) throw new AssertFailedException(message ?? "expected false, got true");
+        }
+
+        public static void Null(object actual)
+        {
+            if (actual != null) throw new AssertFailedException("expected null, got " + Show(actual));
         }
 
         public static void Equal<T>(T expected, T actual)

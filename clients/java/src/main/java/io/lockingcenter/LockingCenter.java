@@ -407,7 +407,6 @@ public final class LockingCenter {
                 throw lost(call, "cannot connect to " + address + ": " + e.getMessage(), e);
             }
             try {
-                call.sending();
                 socket.getOutputStream().write(frame);
             } catch (IOException e) {
                 throw lost(call, "cannot send to " + address + ": " + e.getMessage(), e);

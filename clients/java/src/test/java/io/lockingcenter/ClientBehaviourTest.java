@@ -23,6 +23,7 @@ import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
@@ -43,6 +44,45 @@ class ClientBehaviourTest {
         assertTrue(fake.awaitFrames(2, 3000), why);
         assertEquals(2, fake.frames.size());
         assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
+    }
+
+    /** An executor that runs each task in a new thread and records the threads in {@code workers}. */
+    private static Executor threadRecording(List<Thread> workers) {
+        return task -> {
+            Thread t = new Thread(task, "worker-" + workers.size());
+            workers.add(t);
+            t.start();
+        };
+    }
+
+    /** Waits for the one worker that ran the async call to finish, give-back included. */
+    private static void joinTheWorker(List<Thread> workers) throws InterruptedException {
+        assertEquals(1, workers.size());
+        workers.get(0).join(5000);
+        assertFalse(workers.get(0).isAlive(), "worker still running after the server closed");
+    }
+
+    /**
+     * Starts {@code call} (an async request of {@code action} for key "k" from source "a") against a
+     * stand-in that grants it only after the hang-up, cancels it once the frame is in, and checks the
+     * client gave the key back, once: the worker is joined first, so a second give-back would show.
+     * Returns the cancelled future.
+     */
+    private static CompletableFuture<?> assertCancelGivesBack(Action action,
+            Function<LockingCenter, CompletableFuture<?>> call, String why) throws Exception {
+        try (FakeServer fake = grantingAfterHangUp(action)) {
+            List<Thread> workers = new CopyOnWriteArrayList<>();
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a")
+                    .executor(threadRecording(workers)).build();
+            CompletableFuture<?> f = call.apply(lc);
+            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
+            assertTrue(f.cancel(true));
+            assertTrue(hungUp(fake), "server did not see the hang-up");
+            // The stand-in granted after the hang-up: the client must give the key back.
+            joinTheWorker(workers);
+            assertGivenBack(fake, why);
+            return f;
+        }
     }
 
     /** Blocks lc.lock("k") in a thread, interrupts it once the stand-in has the frame, and checks it threw
@@ -180,16 +220,9 @@ class ClientBehaviourTest {
 
     @Test
     void grantCrossingACancelIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = grantingAfterHangUp(Action.LOCK)) {
-            LockingCenter lc = new LockingCenter(fake.address(), "a");
-            CompletableFuture<HeldLock> f = lc.lockAsync("k");
-            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
-            assertTrue(f.cancel(true));
-            assertTrue(hungUp(fake), "server did not see the hang-up");
-            // The stand-in granted after the hang-up: the client must give the key back.
-            assertGivenBack(fake, "no unlock after a grant that crossed the cancel");
-            assertThrows(CancellationException.class, f::join);
-        }
+        CompletableFuture<?> f = assertCancelGivesBack(Action.LOCK, lc -> lc.lockAsync("k"),
+                "no unlock after a grant that crossed the cancel");
+        assertThrows(CancellationException.class, f::join);
     }
 
     @Test
@@ -214,11 +247,7 @@ class ClientBehaviourTest {
     void cancelWithoutAGrantSendsNoUnlock() throws Exception {
         try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.HOLD : (int) '+')) {
             List<Thread> workers = new CopyOnWriteArrayList<>();
-            Executor threads = task -> {
-                Thread t = new Thread(task, "worker-" + workers.size());
-                workers.add(t);
-                t.start();
-            };
+            Executor threads = threadRecording(workers);
             LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(threads).build();
             CompletableFuture<HeldLock> f = lc.lockAsync("k");
             assertTrue(fake.received.await(3, TimeUnit.SECONDS));
@@ -235,13 +264,23 @@ class ClientBehaviourTest {
 
     @Test
     void grantCrossingACancelledTryLockAsyncIsUnlockedAgain() throws Exception {
-        try (FakeServer fake = grantingAfterHangUp(Action.TRY_LOCK)) {
+        assertCancelGivesBack(Action.TRY_LOCK, lc -> lc.tryLockAsync("k"),
+                "no unlock after a try-lock won as it was cancelled");
+    }
+
+    @Test
+    void silentServerAfterTheHangUpDelaysTheTimeoutByAtMostTheGrace() throws Exception {
+        // The stand-in reads the client's hang-up, then neither answers nor closes for 5 s: the client
+        // reads on for at most Call.HANG_UP_GRACE_MILLIS (the README's "at most 2 s more"), not 5 s.
+        try (FakeServer fake = new FakeServer(f -> FakeServer.SILENT_AFTER_HANG_UP)) {
             LockingCenter lc = new LockingCenter(fake.address(), "a");
-            CompletableFuture<Boolean> f = lc.tryLockAsync("k");
-            assertTrue(fake.received.await(3, TimeUnit.SECONDS));
-            assertTrue(f.cancel(true));
-            assertTrue(hungUp(fake), "server did not see the hang-up");
-            assertGivenBack(fake, "no unlock after a try-lock won as it was cancelled");
+            long start = System.nanoTime();
+            assertThrows(LockTimeoutException.class, () -> lc.lock("k", Duration.ofMillis(200)));
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            long bound = 200 + Call.HANG_UP_GRACE_MILLIS + 1000;
+            assertTrue(ms >= 190 && ms < bound, "gave up after " + ms + " ms, bound " + bound + " ms");
+            assertTrue(hungUp(fake), "server did not see the EOF");
+            assertEquals(1, fake.frames.size(), "nothing crossed the hang-up: nothing to unlock");
         }
     }
 

@@ -17,13 +17,17 @@ import java.util.function.Function;
  * A loopback stand-in for the server: it reads one whole frame per connection, records it, then
  * answers what the responder returns (a byte), closes without answering (CLOSE), keeps the
  * connection open until the client hangs up (HOLD), or waits for the hang-up and only then answers
- * '+' (GRANT_AFTER_HANG_UP: a grant that crossed the client's hang-up on the wire). Connections are
- * served one at a time.
+ * '+' (GRANT_AFTER_HANG_UP: a grant that crossed the client's hang-up on the wire), or reads the
+ * hang-up and then stays silent without closing for SILENCE_MILLIS (SILENT_AFTER_HANG_UP).
+ * Connections are served one at a time.
  */
 final class FakeServer implements AutoCloseable {
     static final int CLOSE = -1;
     static final int HOLD = -2;
     static final int GRANT_AFTER_HANG_UP = -3;
+    static final int SILENT_AFTER_HANG_UP = -4;
+    /** How long SILENT_AFTER_HANG_UP keeps the connection open after the hang-up: past Call.HANG_UP_GRACE_MILLIS. */
+    static final int SILENCE_MILLIS = 5000;
     /** How long after the hang-up GRANT_AFTER_HANG_UP sends its '+': well within Call.HANG_UP_GRACE_MILLIS. */
     static final int GRANT_DELAY_MILLIS = 200;
 
@@ -104,6 +108,18 @@ final class FakeServer implements AutoCloseable {
                     return;
                 }
                 c.getOutputStream().write('+');
+            }
+            return;
+        }
+        if (answer == SILENT_AFTER_HANG_UP) {
+            c.setSoTimeout(10_000);
+            if (in.read() < 0) {
+                hangUp.countDown();
+                try {
+                    Thread.sleep(SILENCE_MILLIS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
             }
             return;
         }

@@ -456,12 +456,13 @@ public final class LockingCenter {
     }
 
     /**
-     * A blocking Lock gives up after its frame was sent: hang up (close the write side) so the server
-     * withdraws the waiter, then read for a moment, so that a grant which crossed the hang-up on the
-     * wire is unlocked again instead of held by nobody. The caller then throws why it gave up.
+     * A blocking Lock or TryLock gives up after its frame was sent: hang up (close the write side) so
+     * the server withdraws the waiter, then read for a moment, so that a grant which crossed the
+     * hang-up on the wire is unlocked again instead of held by nobody. The caller then throws why it
+     * gave up.
      */
     private void hangUp(byte[] frame, Socket socket, InputStream in, String key) {
-        if (frame[0] != Action.LOCK.code()) {
+        if (frame[0] != Action.LOCK.code() && frame[0] != Action.TRY_LOCK.code()) {
             return;
         }
         try {

@@ -88,11 +88,16 @@ class ClientBehaviourTest {
     /** Blocks lc.lock("k") in a thread, interrupts it once the stand-in has the frame, and checks it threw
      * LockInterruptedException with the interrupt flag restored. */
     private static void interruptBlockedLock(LockingCenter lc, FakeServer fake) throws InterruptedException {
+        interruptBlocked(() -> lc.lock("k"), fake);
+    }
+
+    /** interruptBlockedLock for any blocking call. */
+    private static void interruptBlocked(Runnable call, FakeServer fake) throws InterruptedException {
         AtomicReference<Throwable> thrown = new AtomicReference<>();
         AtomicReference<Boolean> flag = new AtomicReference<>();
         Thread t = new Thread(() -> {
             try {
-                lc.lock("k");
+                call.run();
             } catch (Throwable e) {
                 thrown.set(e);
                 flag.set(Thread.currentThread().isInterrupted());
@@ -240,6 +245,15 @@ class ClientBehaviourTest {
         try (FakeServer fake = grantingAfterHangUp(Action.LOCK)) {
             interruptBlockedLock(new LockingCenter(fake.address(), "a"), fake);
             assertGivenBack(fake, "no unlock after a grant that crossed the interrupt");
+        }
+    }
+
+    @Test
+    void grantCrossingAnInterruptedTryLockIsUnlockedAgain() throws Exception {
+        try (FakeServer fake = grantingAfterHangUp(Action.TRY_LOCK)) {
+            LockingCenter lc = new LockingCenter(fake.address(), "a");
+            interruptBlocked(() -> lc.tryLock("k"), fake);
+            assertGivenBack(fake, "no unlock after a try-lock grant that crossed the interrupt");
         }
     }
 

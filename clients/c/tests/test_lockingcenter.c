@@ -103,18 +103,23 @@ static json *load_vectors(void) {
 /* ---- fake server ------------------------------------------------------ */
 
 /* FAKE_GRANT_AFTER_EOF: as FAKE_HOLD, then answers '+' 150 ms after the EOF,
- * like a server that granted the key just before it noticed the hang-up. */
-enum { FAKE_CLOSE = -1, FAKE_HOLD = -2, FAKE_GRANT_AFTER_EOF = -3 };
+ * like a server that granted the key just before it noticed the hang-up.
+ * FAKE_SILENT_AFTER_EOF: as FAKE_HOLD, then keeps the connection open and
+ * sends nothing until fake_stop (at most 5 s after the EOF), like a server
+ * that never closes after a hang-up. */
+enum { FAKE_CLOSE = -1, FAKE_HOLD = -2, FAKE_GRANT_AFTER_EOF = -3, FAKE_SILENT_AFTER_EOF = -4 };
 
 typedef struct {
     int lfd, port;
-    int answer;        /* byte to answer, FAKE_CLOSE, FAKE_HOLD (until EOF) or FAKE_GRANT_AFTER_EOF */
+    int answer;        /* byte to answer, FAKE_CLOSE, FAKE_HOLD (until EOF), FAKE_GRANT_AFTER_EOF
+                          or FAKE_SILENT_AFTER_EOF */
     uint8_t got[512];
     size_t got_len;
-    int saw_eof;       /* FAKE_HOLD, FAKE_GRANT_AFTER_EOF: the client hung up */
+    int saw_eof;       /* FAKE_HOLD, FAKE_*_AFTER_EOF: the client hung up */
     int sent_grant;    /* FAKE_GRANT_AFTER_EOF: the '+' was written */
     int extra_conn;    /* set by fake_stop: a second connection was waiting (e.g. an Unlock) */
     int got_frame;     /* the whole frame is in (atomic: read by trigger_on_frame) */
+    int stop;          /* set by fake_stop (atomic): FAKE_SILENT_AFTER_EOF closes now */
     pthread_t th;
 } fake_server;
 
@@ -138,7 +143,8 @@ static void *fake_run(void *arg) {
     if (f->answer >= 0) {
         uint8_t b = (uint8_t)f->answer;
         send(fd, &b, 1, 0);
-    } else if (f->answer == FAKE_HOLD || f->answer == FAKE_GRANT_AFTER_EOF) {
+    } else if (f->answer == FAKE_HOLD || f->answer == FAKE_GRANT_AFTER_EOF ||
+               f->answer == FAKE_SILENT_AFTER_EOF) {
         uint8_t b;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 5000) > 0 && recv(fd, &b, 1, 0) == 0) f->saw_eof = 1;
@@ -146,6 +152,10 @@ static void *fake_run(void *arg) {
             sleep_ms(150);
             b = '+';
             f->sent_grant = send(fd, &b, 1, MSG_NOSIGNAL) == 1;
+        }
+        if (f->saw_eof && f->answer == FAKE_SILENT_AFTER_EOF) {
+            int64_t end = now_ms() + 5000;
+            while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && now_ms() < end) sleep_ms(5);
         }
     }
     close(fd);
@@ -169,6 +179,7 @@ static void fake_start(fake_server *f, int answer, lc_client *c, const char *sou
 }
 
 static void fake_stop(fake_server *f) {
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
     pthread_join(f->th, NULL);
     /* The calls are synchronous: any further connection the client made
      * (an Unlock) is already in the listen queue by now. */
@@ -537,6 +548,27 @@ static int test_fake_timeout_closes(void) {
     return failures ? 1 : 0;
 }
 
+/* A server that never closes after the hang-up: the timed-out lock reads on
+ * for the grace (LC_GIVE_UP_GRACE_MS, 2 s) and no longer, then fails with
+ * the timeout. The fake closes 5 s after the EOF at the latest. */
+static int test_fake_give_up_grace_bounded(void) {
+    fake_server f;
+    lc_client c;
+    fake_start(&f, FAKE_SILENT_AFTER_EOF, &c, NULL);
+    int64_t t0 = now_ms();
+    CHECK_ERR(lc_lock(&c, "k", 150, NULL), LC_ERR_TIMEOUT);
+    int64_t took = now_ms() - t0;
+    if (took < 150 + 1900 || took >= 3500)
+        fprintf(stderr, "  lc_lock took %lld ms, want 2050..3500\n", (long long)took);
+    CHECK(took >= 150 + 1900); /* the grace was waited for */
+    CHECK(took < 3500);        /* and no longer */
+    fake_stop(&f);
+    CHECK(f.saw_eof);
+    CHECK(!f.extra_conn);
+    CHECK(f.got_len == 4);
+    return failures ? 1 : 0;
+}
+
 static void *trigger_later(void *arg) {
     sleep_ms(100);
     lc_cancel_trigger(arg);
@@ -818,6 +850,7 @@ static const struct {
     {"connect_timeout", test_connect_timeout},
     {"closed_without_answer", test_fake_closed_without_answer},
     {"timeout_closes_socket", test_fake_timeout_closes},
+    {"give_up_grace_bounded", test_fake_give_up_grace_bounded},
     {"cancel_closes_socket", test_fake_cancel_closes},
     {"late_grant_on_timeout", test_late_grant_on_timeout},
     {"late_grant_on_cancel", test_late_grant_on_cancel},

@@ -203,6 +203,23 @@ TEST(FakeServer, TimeoutClosesTheSocket) {
     EXPECT_EQ(f.got.size(), 4u);
 }
 
+// A server that never closes after the hang-up: the timed-out lock reads on
+// for the grace (give_up_grace, 2 s) and no longer, then throws the timeout.
+// The fake closes 5 s after the EOF at the latest.
+TEST(FakeServer, GiveUpWaitsAtMostTheGrace) {
+    support::fake_server f(-4);
+    lc::client c(f.address());
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(c.lock("k", 150ms), lc::timeout_error);
+    auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(took_ms, 150 + 1900) << "the grace was not waited for";
+    EXPECT_LT(took_ms, 3500) << "the grace was overstayed";
+    f.join();
+    EXPECT_TRUE(f.saw_eof);
+    EXPECT_FALSE(f.extra_connection());
+    EXPECT_EQ(f.got.size(), 4u);
+}
+
 // Cancels tok from another thread once the fake has the whole frame: the
 // call is then waiting for its answer. Join the thread returned.
 std::thread cancel_once_sent(support::fake_server& f, lc::cancel_token tok) {

@@ -226,7 +226,10 @@ inline std::string dead_address() {
 /// without answering (answer = -1), holds until the client hangs up
 /// (answer = -2, sets saw_eof), or holds until the client hangs up and
 /// answers '+' 150 ms later (answer = -3, a grant that crossed the hang-up;
-/// sets saw_eof and sent_grant).
+/// sets saw_eof and sent_grant), or holds until the client hangs up and then
+/// keeps the connection open, sending nothing, until join() (answer = -4, a
+/// server that never closes after the hang-up; at most 5 s after the EOF;
+/// sets saw_eof).
 class fake_server {
 public:
     explicit fake_server(int answer) : answer_(answer) {
@@ -238,7 +241,9 @@ public:
         ::close(lfd_);
     }
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    /// Ends the connection (answer = -4 closes it now) and waits for it.
     void join() {
+        stop_ = true;
         if (thread_.joinable()) thread_.join();
     }
     /// After join(): true when a second connection (e.g. an unlock) is
@@ -278,7 +283,7 @@ private:
         if (answer_ >= 0) {
             char b = static_cast<char>(answer_);
             ::send(fd, &b, 1, 0);
-        } else if (answer_ == -2 || answer_ == -3) {
+        } else if (answer_ == -2 || answer_ == -3 || answer_ == -4) {
             pollfd p{fd, POLLIN, 0};
             char b;
             if (::poll(&p, 1, 5000) > 0 && ::recv(fd, &b, 1, 0) == 0) saw_eof = true;
@@ -287,10 +292,16 @@ private:
                 b = '+';
                 sent_grant = ::send(fd, &b, 1, MSG_NOSIGNAL) == 1;
             }
+            if (saw_eof && answer_ == -4) {
+                auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                while (!stop_ && std::chrono::steady_clock::now() < end)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
         }
         ::close(fd);
     }
     int answer_;
+    std::atomic<bool> stop_{false};
     int lfd_ = -1, port_ = 0;
     std::thread thread_;
 };

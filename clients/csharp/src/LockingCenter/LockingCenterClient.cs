@@ -298,14 +298,17 @@ namespace LockingCenter
         /// <summary>
         /// One request: connect, write the whole frame in one write, read exactly one byte, close. The
         /// write side is never shut down before the answer: the server would take that as a hang-up.
-        /// Cancellation and timeouts close the socket, which is how a waiter is withdrawn; a waiting Lock
-        /// closes its write side first (<see cref="HangUp"/>), and if a '+' still comes in as it gives
-        /// up, the key is unlocked again before the cancellation or timeout is raised.
+        /// Cancellation and timeouts close the socket, which is how a waiter is withdrawn; a Lock or
+        /// TryLock closes its write side first (<see cref="HangUp"/>), and if a '+' still comes in as it
+        /// gives up, a Lock unlocks the key again before the cancellation or timeout is raised, while a
+        /// TryLock's answer stands.
         /// </summary>
         private async Task<byte> ExchangeAsync(byte[] frame, string key, bool waits, TimeSpan? lockTimeout, CancellationToken cancellationToken)
         {
             cancellationToken.ThrowIfCancellationRequested();
             TimeSpan? budget = waits ? lockTimeout : _requestTimeout;
+            // A Lock or TryLock may be granted as the caller gives up: its '+' must still be read.
+            bool grants = waits || frame[0] == (byte)LockAction.TryLock;
             using (var limit = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
             {
                 if (budget.HasValue) limit.CancelAfter(budget.Value);
@@ -322,7 +325,7 @@ namespace LockingCenter
                         // ConnectAsync closes the socket itself when limit.Token is cancelled.
                         await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
                         connected = true;
-                        using (limit.Token.Register(() => { if (waits) HangUp(socket); else socket.Close(); }))
+                        using (limit.Token.Register(() => { if (grants) HangUp(socket); else socket.Close(); }))
                         {
                             socket.NoDelay = true;
                             socket.Send(frame);
@@ -387,7 +390,7 @@ namespace LockingCenter
         }
 
         /// <summary>
-        /// Hangs up a waiting Lock: shuts down the write side, so the server reads EOF and withdraws the
+        /// Hangs up a Lock or TryLock: shuts down the write side, so the server reads EOF and withdraws the
         /// waiter, but keeps reading for up to <see cref="HangUpGrace"/> so that a grant that crossed the
         /// hang-up on the wire is read (and given back) rather than left held; then closes the socket.
         /// </summary>

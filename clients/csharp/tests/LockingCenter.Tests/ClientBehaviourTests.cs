@@ -156,6 +156,24 @@ namespace LockingCenter.Tests
         }
 
         [Fact]
+        public async Task TryLockWonAsItWasCancelledStands()
+        {
+            // The '+' of a try-lock crosses the client's cancellation on the wire: the client must read
+            // it (a try-lock's answer stands) rather than close over it and leave the key held by nobody.
+            using (var fake = new FakeServer(f => f[0] == (byte)LockAction.TryLock ? FakeServer.GrantAfterHangUp : '+'))
+            using (var cts = new CancellationTokenSource())
+            {
+                var client = new LockingCenterClient(fake.Address, "a");
+                Task<bool> trying = client.TryLockAsync("k", cts.Token);
+                Assert.True(fake.Received.Wait(Patience));
+                cts.Cancel();
+                Assert.True(await trying, "the try-lock won as it was cancelled was not reported won");
+                Assert.True(fake.HangUp.Wait(Patience), "server did not see the hang-up");
+                Assert.Equal(1, fake.Frames.Count);
+            }
+        }
+
+        [Fact]
         public async Task CancelAfterClosesTheConnection()
         {
             using (var fake = new FakeServer(f => FakeServer.Hold))

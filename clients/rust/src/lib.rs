@@ -299,10 +299,16 @@ impl Client {
                     ) =>
                 {
                     if wait.is_none() {
-                        return Err(Error::Unreachable(io::Error::new(
+                        let why = Error::Unreachable(io::Error::new(
                             io::ErrorKind::TimedOut,
                             "no answer within the request timeout",
-                        )));
+                        ));
+                        // A TryLock's '+' may be on its way (a slow fsync):
+                        // hang up and keep a grant that crosses it.
+                        if action == Action::TryLock {
+                            return give_up(action, stream, why);
+                        }
+                        return Err(why);
                     }
                     // Deadline or cancellation poll: the loop decides.
                     continue;
@@ -333,16 +339,18 @@ impl Client {
     }
 }
 
-/// Hangs up a waiting request: closes the write side so the server sees
-/// EOF and withdraws the waiter, then reads briefly so a grant that crossed
-/// the hang-up on the wire is not lost. The stream is closed on return.
+/// Hangs up a waiting request, or a TryLock past its request timeout:
+/// closes the write side so the server sees EOF and withdraws the waiter,
+/// then reads briefly so a grant that crossed the hang-up on the wire is not
+/// lost. For a TryLock only a '+' changes `why`. The stream is closed on
+/// return.
 fn give_up(action: Action, mut stream: TcpStream, why: Error) -> Result<bool, Error> {
     let _ = stream.shutdown(Shutdown::Write);
     let _ = stream.set_read_timeout(Some(HANG_UP_GRACE));
     let mut answer = [0u8; 1];
     match stream.read(&mut answer) {
         Ok(1) if answer[0] == b'+' => wire::interpret(action, answer[0]),
-        Ok(1) if answer[0] == b'-' => Err(Error::Reset),
+        Ok(1) if answer[0] == b'-' && action != Action::TryLock => Err(Error::Reset),
         _ => Err(why),
     }
 }

@@ -236,3 +236,44 @@ fn with_lock_unlocks_when_the_closure_panics() {
     let got: Vec<u8> = rx.iter().take(2).collect();
     assert_eq!(got, vec![1, 2], "lock, then the unlock");
 }
+
+#[test]
+fn try_lock_grant_crossing_the_request_timeout_is_kept() {
+    // A TryLock has no wait options, only the request timeout. The
+    // stand-in answers '+' only after the client's hang-up (say, a slow
+    // fsync): the key is this client's and must not be lost.
+    let (addr, rx) = serve_one(|s| {
+        let eof = sees_eof(s);
+        let _ = s.write_all(b"+");
+        eof
+    });
+    let won = Client::new(addr)
+        .with_request_timeout(Some(Duration::from_millis(200)))
+        .try_lock("k")
+        .unwrap();
+    assert!(won);
+    assert!(
+        rx.recv().unwrap().hung_up,
+        "the grant did not cross a hang-up"
+    );
+}
+
+#[test]
+fn try_lock_refusal_crossing_the_request_timeout_stays_unreachable() {
+    // Only a crossing '+' changes the outcome; anything else is still the
+    // request timeout's Unreachable.
+    let (addr, rx) = serve_one(|s| {
+        let eof = sees_eof(s);
+        let _ = s.write_all(b"-");
+        eof
+    });
+    let err = Client::new(addr)
+        .with_request_timeout(Some(Duration::from_millis(200)))
+        .try_lock("k")
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Unreachable(e) if e.kind() == std::io::ErrorKind::TimedOut),
+        "{err:?}"
+    );
+    assert!(rx.recv().unwrap().hung_up);
+}

@@ -213,7 +213,12 @@ pub const Client = struct {
             };
             const ready = posix.poll(&fds, timeout_ms) catch return error.Unreachable;
             if (ready == 0) {
-                if (wait_options == null) return error.Unreachable; // request timeout
+                if (wait_options == null) {
+                    // Request timeout. A tryLock's '+' may be on its way (a
+                    // slow fsync): hang up and keep a grant that crosses it.
+                    if (action == .try_lock) return giveUp(sock, action, error.Unreachable);
+                    return error.Unreachable;
+                }
                 continue; // the deadline check above decides
             }
             // The answer wins over a cancellation that arrived with it.
@@ -281,9 +286,10 @@ fn waitWritable(sock: posix.socket_t, timeout_ns: u64) Error!void {
     if (ready == 0) return error.Unreachable;
 }
 
-/// Hangs up a waiting request: closes the write side so the server sees EOF
-/// and withdraws the waiter, then reads briefly so a grant that crossed the
-/// hang-up is not lost. The caller closes the socket.
+/// Hangs up a waiting request, or a tryLock past its request timeout:
+/// closes the write side so the server sees EOF and withdraws the waiter,
+/// then reads briefly so a grant that crossed the hang-up is not lost. For a
+/// tryLock only a '+' changes `why`. The caller closes the socket.
 fn giveUp(sock: posix.socket_t, action: Action, why: Error) Error!bool {
     posix.shutdown(sock, .send) catch return why;
     var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.IN, .revents = 0 }};
@@ -291,7 +297,7 @@ fn giveUp(sock: posix.socket_t, action: Action, why: Error) Error!bool {
     if (ready == 0) return why;
     var answer: [1]u8 = undefined;
     const n = posix.read(sock, &answer) catch return why;
-    if (n == 1 and (answer[0] == '+' or answer[0] == '-')) return wire.interpret(action, answer[0]);
+    if (n == 1 and (answer[0] == '+' or (answer[0] == '-' and action != .try_lock))) return wire.interpret(action, answer[0]);
     return why;
 }
 

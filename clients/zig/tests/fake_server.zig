@@ -207,3 +207,27 @@ test "stand-in: a grant crossing the timeout is kept" {
     try result;
     try testing.expect(s.hung_up); // the '+' came after the hang-up
 }
+
+test "stand-in: a tryLock grant crossing the request timeout is kept" {
+    // A tryLock has no wait options, only the request timeout. The stand-in
+    // answers '+' only after the client's hang-up (say, a slow fsync): the
+    // key is this client's and must not be lost.
+    var s = try listen(.answer_after_hang_up, '+', 1);
+    try s.start();
+    const c = lc.Client.init(s.address(), .{ .request_timeout_ns = 200 * std.time.ns_per_ms });
+    const result = c.tryLock("k");
+    s.finish();
+    try testing.expect(try result);
+    try testing.expect(s.hung_up); // the '+' came after the hang-up
+}
+
+test "stand-in: a tryLock refusal crossing the request timeout stays Unreachable" {
+    // Only a crossing '+' changes the outcome.
+    var s = try listen(.answer_after_hang_up, '-', 1);
+    try s.start();
+    const c = lc.Client.init(s.address(), .{ .request_timeout_ns = 200 * std.time.ns_per_ms });
+    const result = c.tryLock("k");
+    s.finish();
+    try testing.expectError(error.Unreachable, result);
+    try testing.expect(s.hung_up);
+}

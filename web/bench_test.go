@@ -45,7 +45,7 @@ func BenchmarkDashboard100k(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				w := httptest.NewRecorder()
-				h.ServeHTTP(w, httptest.NewRequest("GET", bc.target, nil))
+				h.ServeHTTP(w, localRequest("GET", bc.target))
 				if w.Code != 200 {
 					b.Fatalf("%s: %d", bc.target, w.Code)
 				}
@@ -67,7 +67,7 @@ func TestAPIPagesThrough100k(t *testing.T) {
 	seen, last, pages := 0, "", 0
 	for target != "" {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+		h.ServeHTTP(w, localRequest("GET", target))
 		if w.Code != 200 {
 			t.Fatalf("%s: %d", target, w.Code)
 		}

@@ -105,7 +105,12 @@ func (f *fixture) do(method, target, body string, hdr ...string) *httptest.Respo
 	} else {
 		r = httptest.NewRequest(method, target, strings.NewReader(body))
 	}
+	r.Host = "localhost:22120" // httptest's example.com is not a name this server answers for
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			r.Host = hdr[i+1]
+			continue
+		}
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -117,5 +122,13 @@ func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 
 func mustRequest(t *testing.T, method, target string) *http.Request {
 	t.Helper()
-	return httptest.NewRequest(method, target, nil)
+	return localRequest(method, target)
+}
+
+// localRequest is httptest.NewRequest addressed to localhost, a Host the
+// server answers for.
+func localRequest(method, target string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.Host = "localhost:22120"
+	return r
 }

@@ -39,6 +39,19 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is shown in the page footer.
 	Version string
+	// ListenAddress is the address the web port listens on (WEB_ADDRESS,
+	// e.g. ":22120" or "dash.internal:22120"). When its host is a name,
+	// that name is allowed in the Host header; see AllowedHosts.
+	ListenAddress string
+	// AllowedHosts are further names the web port answers for, besides
+	// IP address literals, "localhost" (and names under ".localhost"),
+	// the host of ListenAddress and the machine's host name: the names
+	// of a reverse proxy or DNS entry that points here. "*.example.com"
+	// allows every name under example.com; "*" turns the Host check off.
+	// A port in an entry is ignored. Requests for any other Host are
+	// refused with 421 (a guard against DNS rebinding), except /healthz
+	// and /readyz, which probes reach by any name.
+	AllowedHosts []string
 
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -62,6 +75,11 @@ type server struct {
 	metrics *Metrics
 	mux     *http.ServeMux
 	handler http.Handler
+	hosts   hostPolicy
+
+	// Refusals are logged at most once a second each, with the count of
+	// the lines held back, so that a flood does not flood the log.
+	authLog, hostLog logLimiter
 }
 
 // New returns the handler of the web port: dashboard, JSON API, /metrics,
@@ -77,7 +95,9 @@ func New(opts Options) http.Handler {
 	if opts.now == nil {
 		opts.now = time.Now
 	}
-	s := &server{opts: opts, started: opts.now(), log: opts.Logger, metrics: opts.Metrics}
+	s := &server{opts: opts, started: opts.now(), log: opts.Logger, metrics: opts.Metrics,
+		hosts:   newHostPolicy(opts.ListenAddress, opts.AllowedHosts),
+		authLog: logLimiter{interval: time.Second}, hostLog: logLimiter{interval: time.Second}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -110,24 +130,48 @@ func New(opts Options) http.Handler {
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Password != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Basic realm="locking-center", charset="UTF-8"`)
-		http.Error(w, "401 unauthorized: this server asks for a password (user admin)", http.StatusUnauthorized)
+	probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+	if !probe && !s.hosts.allows(r.Host) {
+		s.misdirected(w, r)
+		return
+	}
+	if s.opts.Password != "" && !probe && !s.authorized(w, r) {
 		return
 	}
 	s.handler.ServeHTTP(w, r)
 }
 
-// authorized compares in constant time so that the answer's timing tells
-// nothing about the password.
-func (s *server) authorized(r *http.Request) bool {
-	user, pass, ok := r.BasicAuth()
-	if !ok {
-		return false
+// misdirected refuses a request for a Host this server does not answer.
+func (s *server) misdirected(w http.ResponseWriter, r *http.Request) {
+	if ok, held := s.hostLog.allow(s.now()); ok {
+		s.log.Warn("web request refused: unknown Host", "host", r.Host, "method", r.Method, "path", r.URL.Path,
+			"peer", r.RemoteAddr, "held_back", held)
 	}
-	u := subtle.ConstantTimeCompare([]byte(user), []byte("admin"))
-	p := subtle.ConstantTimeCompare([]byte(pass), []byte(s.opts.Password))
-	return u&p == 1
+	http.Error(w, fmt.Sprintf("421 misdirected request: this server does not answer for the host name %q "+
+		"(a guard against DNS rebinding). If that is a name of this server, add it to its allowed hosts "+
+		"(WEB_ALLOWED_HOSTS); an IP address or localhost always works.", r.Host), http.StatusMisdirectedRequest)
+}
+
+// authorized checks basic auth and answers 401 when it fails. It compares
+// in constant time so that the answer's timing tells nothing about the
+// password. A wrong user or password is logged (a browser's first request,
+// which carries none, is not an attempt and is not).
+func (s *server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if ok {
+		u := subtle.ConstantTimeCompare([]byte(user), []byte("admin"))
+		p := subtle.ConstantTimeCompare([]byte(pass), []byte(s.opts.Password))
+		if u&p == 1 {
+			return true
+		}
+		if allow, held := s.authLog.allow(s.now()); allow {
+			s.log.Warn("web request refused: wrong user or password", "user", user, "method", r.Method,
+				"path", r.URL.Path, "peer", r.RemoteAddr, "held_back", held)
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="locking-center", charset="UTF-8"`)
+	http.Error(w, "401 unauthorized: this server asks for a password (user admin)", http.StatusUnauthorized)
+	return false
 }
 
 func (s *server) crossOrigin(w http.ResponseWriter, r *http.Request) {

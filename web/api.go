@@ -1,13 +1,19 @@
 package web
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/locking-center/locking-center/locker"
 )
@@ -18,6 +24,11 @@ type APIKey struct {
 	Key    string `json:"key"`
 	Source string `json:"source"`
 	Remote string `json:"remote"`
+	// KeyBase64 and SourceBase64 carry the raw bytes (standard base64)
+	// of a key or source that is not UTF-8, which Key and Source can
+	// only show with U+FFFD in place of the bytes; absent otherwise.
+	KeyBase64    string `json:"key_base64,omitempty"`
+	SourceBase64 string `json:"source_base64,omitempty"`
 	// Since is when the holder was granted the key (RFC 3339, UTC).
 	Since time.Time `json:"since"`
 	// Waiters is the number of requests queued for the key.
@@ -36,6 +47,8 @@ type APIWaiter struct {
 	// Source and Remote name the waiting requester.
 	Source string `json:"source"`
 	Remote string `json:"remote"`
+	// SourceBase64 is the raw source in base64 when it is not UTF-8.
+	SourceBase64 string `json:"source_base64,omitempty"`
 	// Since is when it joined the queue (RFC 3339, UTC).
 	Since time.Time `json:"since"`
 }
@@ -54,7 +67,16 @@ type apiError struct {
 }
 
 func apiKeyOf(ki *locker.KeyInfo) APIKey {
-	return APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters}
+	return APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters,
+		KeyBase64: rawBase64(ki.Key), SourceBase64: rawBase64(ki.Holder.Source)}
+}
+
+// rawBase64 is s in base64 when s is not UTF-8, else "".
+func rawBase64(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
 // apiList serves GET /api/v1/keys: held keys in bytewise key order.
@@ -100,7 +122,7 @@ func (s *server) apiKey(w http.ResponseWriter, r *http.Request) {
 	}
 	out := APIKeyDetail{APIKey: apiKeyOf(&ki), Queue: make([]APIWaiter, len(ki.Queue))}
 	for i, q := range ki.Queue {
-		out.Queue[i] = APIWaiter{Source: q.Source, Remote: q.Remote, Since: q.Since.UTC()}
+		out.Queue[i] = APIWaiter{Source: q.Source, Remote: q.Remote, Since: q.Since.UTC(), SourceBase64: rawBase64(q.Source)}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -121,26 +143,45 @@ func (s *server) apiResetSource(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// apiResetTarget reads the non-empty "key" or "source" (field) of a reset's
-// JSON body; other fields are ignored. On failure it has answered 400.
+// apiResetTarget reads the target of a reset from its JSON body: exactly
+// one of field ("key" or "source", a JSON string) and field+"_base64" (the
+// raw bytes in standard base64, for a key or source that is not UTF-8),
+// non-empty. On failure it has answered 400, or 413 for a body over
+// maxBody.
 func (s *server) apiResetTarget(w http.ResponseWriter, r *http.Request, field string) (string, bool) {
-	var body struct {
-		Key    *string `json:"key"`
-		Source *string `json:"source"`
+	fields, err := readStrictObject(w, r, field, field+"_base64")
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errBodyTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		s.apiFail(w, r, status, err)
+		return "", false
 	}
-	if err := readJSON(r, &body); err != nil {
+	plain, hasPlain := fields[field]
+	b64, hasB64 := fields[field+"_base64"]
+	var v string
+	switch {
+	case hasPlain && hasB64:
+		err = fmt.Errorf("give %q or %q, not both", field, field+"_base64")
+	case hasB64:
+		var raw []byte
+		if raw, err = base64.StdEncoding.Strict().DecodeString(b64); err != nil {
+			err = fmt.Errorf("field %q: not standard base64: %w", field+"_base64", err)
+		}
+		v = string(raw)
+	default:
+		v = plain
+	}
+	if err == nil && v == "" {
+		err = fmt.Errorf(`want a JSON body {%q: "..."} (or {%q: "..."} for raw bytes) with a non-empty %s`,
+			field, field+"_base64", field)
+	}
+	if err != nil {
 		s.apiFail(w, r, http.StatusBadRequest, err)
 		return "", false
 	}
-	v := body.Key
-	if field == "source" {
-		v = body.Source
-	}
-	if v == nil || *v == "" {
-		s.apiFail(w, r, http.StatusBadRequest, fmt.Errorf(`want a JSON body {%q: "..."} with a non-empty %s`, field, field))
-		return "", false
-	}
-	return *v, true
+	return v, true
 }
 
 func (s *server) apiReset(w http.ResponseWriter, r *http.Request, res locker.ResetResult, err error) {
@@ -182,12 +223,69 @@ func (s *server) resetSource(source, via string, r *http.Request) (locker.ResetR
 // maxBody bounds a JSON request body: a key or a source is short.
 const maxBody = 4 << 10
 
-func readJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("bad JSON body: %w", err)
+// errBodyTooLarge is wrapped by readStrictObject for a body over maxBody.
+var errBodyTooLarge = fmt.Errorf("request body too large: the limit is %d bytes", maxBody)
+
+// readStrictObject reads a request body that must be one JSON object
+// whose members are among allowed, each named exactly (case counts), each
+// at most once, each a string; nothing but white space may follow it. The
+// body must be UTF-8 (RFC 8259): a string with other bytes would otherwise
+// be read as U+FFFD and name another key than the one meant. It returns
+// the members found.
+func readStrictObject(w http.ResponseWriter, r *http.Request, allowed ...string) (map[string]string, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errBodyTooLarge
+		}
+		return nil, fmt.Errorf("read body: %w", err)
 	}
-	return nil
+	if !utf8.Valid(body) {
+		return nil, errors.New("bad JSON body: not UTF-8 (send raw bytes with the _base64 field)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	bad := func(format string, a ...any) error { return fmt.Errorf("bad JSON body: "+format, a...) }
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, bad("want one JSON object")
+	}
+	out := make(map[string]string, len(allowed))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		name := tok.(string) // inside an object, Token returns member names as strings
+		if !slices.Contains(allowed, name) {
+			return nil, bad("unknown field %q (the fields are %s)", name, strings.Join(quoteAll(allowed), ", "))
+		}
+		if _, dup := out[name]; dup {
+			return nil, bad("field %q given twice", name)
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		v, ok := tok.(string)
+		if !ok {
+			return nil, bad("field %q: want a string", name)
+		}
+		out[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, bad("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("data after the JSON object")
+	}
+	return out, nil
+}
+
+func quoteAll(names []string) []string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return q
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

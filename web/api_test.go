@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -258,5 +259,91 @@ func TestRowSelection(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAPIResetStrictBody: a reset's body is one JSON object with exactly
+// the documented field, named exactly, once; anything else is refused
+// with a message that says what is wrong, and changes nothing.
+func TestAPIResetStrictBody(t *testing.T) {
+	f := newFixture(t)
+	f.hold("k", "svc", time.Minute)
+	for _, c := range []struct{ body, want string }{
+		{`{"key":"k"} {"key":"other"}`, "data after the JSON object"},
+		{`{"key":"k"}x`, "data after the JSON object"},
+		{`{"key":"k"}]`, "bad JSON body"},
+		{`{"key":"nope","key":"k"}`, `field "key" given twice`},
+		{`{"Key":"k"}`, `unknown field "Key"`},
+		{`{"KEY":"k"}`, `unknown field "KEY"`},
+		{`{"key":"k","force":true}`, `unknown field "force"`},
+		{`{"key":7}`, `field "key": want a string`},
+		{`{"key":null}`, `field "key": want a string`},
+		{`{"key":["k"]}`, `field "key": want a string`},
+		{`["k"]`, "want one JSON object"},
+		{`"k"`, "want one JSON object"},
+		{`{"key":"k","key_base64":"aw=="}`, "not both"},
+		{`{"key_base64":"not base64!"}`, "not standard base64"},
+		{`{"key_base64":""}`, "non-empty key"},
+		{"{\"key\":\"k\xff\"}", "not UTF-8"},
+		{`{"key":"k"`, "bad JSON body"},
+	} {
+		w := f.do("POST", "/api/v1/reset/key", c.body)
+		if w.Code != 400 || !strings.Contains(decode[apiError](t, w.Body.String()).Error, c.want) {
+			t.Errorf("body %q: %d %s, want 400 saying %q", c.body, w.Code, w.Body, c.want)
+		}
+	}
+	if _, held := f.table.Key("k"); !held {
+		t.Fatal("a refused body reset the key")
+	}
+
+	big := `{"key":"` + strings.Repeat("a", maxBody) + `"}`
+	w := f.do("POST", "/api/v1/reset/key", big)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "request body too large: the limit is 4096 bytes") {
+		t.Fatalf("oversized body: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("POST", "/api/v1/reset/source", `{"source":"svc"} `+"\n"); w.Code != 200 {
+		t.Fatalf("trailing white space is allowed: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestAPIRawBytes: a key or source that is not UTF-8 is listed with its
+// raw bytes in key_base64 / source_base64, and can be reset by them.
+func TestAPIRawBytes(t *testing.T) {
+	f := newFixture(t)
+	const raw, rawSource = "job\xff\xfe", "svc\x80"
+	f.hold(raw, rawSource, time.Minute)
+	f.hold("job\uFFFD\uFFFD", "plain", time.Minute) // what the raw key looks like once lossy
+	f.hold("other", rawSource, time.Minute)
+
+	list := decode[[]map[string]any](t, f.do("GET", "/api/v1/keys", "").Body.String())
+	var found bool
+	for _, k := range list {
+		if k["key_base64"] == base64.StdEncoding.EncodeToString([]byte(raw)) {
+			found = true
+			if k["source_base64"] != base64.StdEncoding.EncodeToString([]byte(rawSource)) {
+				t.Errorf("source_base64: %v", k)
+			}
+		} else if k["key"] != "other" {
+			if _, ok := k["key_base64"]; ok {
+				t.Errorf("key_base64 on a UTF-8 key: %v", k)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no key_base64 for the raw key: %v", list)
+	}
+	body := `{"key_base64":"` + base64.StdEncoding.EncodeToString([]byte(raw)) + `"}`
+	if w := f.do("POST", "/api/v1/reset/key", body); w.Code != 200 || decode[APIResetResult](t, w.Body.String()).Released != 1 {
+		t.Fatalf("reset by key_base64: %d %s", w.Code, w.Body)
+	}
+	if _, held := f.table.Key(raw); held {
+		t.Fatal("the raw key is still held")
+	}
+	if _, held := f.table.Key("job\uFFFD\uFFFD"); !held {
+		t.Fatal("the reset took the lossy look-alike key")
+	}
+	body = `{"source_base64":"` + base64.StdEncoding.EncodeToString([]byte(rawSource)) + `"}`
+	if w := f.do("POST", "/api/v1/reset/source", body); w.Code != 200 || decode[APIResetResult](t, w.Body.String()).Released != 1 {
+		t.Fatalf("reset by source_base64: %d %s", w.Code, w.Body)
 	}
 }

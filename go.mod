@@ -3,6 +3,7 @@ module github.com/locking-center/locking-center
 go 1.26.8
 
 require (
+	github.com/PuerkitoBio/goquery v1.11.0
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/a-h/templ v0.3.1100
 	github.com/chromedp/chromedp v0.23.0
@@ -14,6 +15,7 @@ require (
 require (
 	github.com/a-h/parse v0.0.0-20250122154542-74294addb73e // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
+	github.com/andybalholm/cascadia v1.3.3 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/cli/browser v1.3.0 // indirect

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/locker"
@@ -131,4 +132,14 @@ func localRequest(method, target string) *http.Request {
 	r := httptest.NewRequest(method, target, nil)
 	r.Host = "localhost:22120"
 	return r
+}
+
+// parseHTML parses a rendered page for queries on data-testid.
+func parseHTML(t *testing.T, body string) *goquery.Document {
+	t.Helper()
+	doc, err := goquery.NewDocumentFromReader(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse page: %v", err)
+	}
+	return doc
 }

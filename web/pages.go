@@ -96,14 +96,6 @@ func (q query) url(page int) string {
 	return "/?" + v.Encode()
 }
 
-// flash reports a reset done by the previous request (post, redirect, get).
-type flash struct {
-	By       string // "key" or "source"
-	Name     string
-	Released int
-	Refused  int
-}
-
 // dashData is the dashboard page.
 type dashData struct {
 	chrome
@@ -158,17 +150,6 @@ func parseQuery(r *http.Request) query {
 		q.Page = min(n, 1<<30/PageSize)
 	}
 	return q
-}
-
-func parseFlash(r *http.Request) *flash {
-	v := r.URL.Query()
-	by := v.Get("done")
-	if by != "key" && by != "source" {
-		return nil
-	}
-	released, _ := strconv.Atoi(v.Get("released"))
-	refused, _ := strconv.Atoi(v.Get("refused"))
-	return &flash{By: by, Name: v.Get("name"), Released: released, Refused: refused}
 }
 
 // dashboardData builds the dashboard for q at now.
@@ -243,7 +224,7 @@ func (s *server) dashboard(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusOK, dashLive(d))
 		return
 	}
-	d.Flash = parseFlash(r)
+	d.Flash = s.openFlash(r.URL.Query().Get("done"), s.now())
 	s.render(w, r, http.StatusOK, dashboardPage(d))
 }
 
@@ -342,18 +323,17 @@ func (s *server) formResetSource(w http.ResponseWriter, r *http.Request) {
 	s.afterReset(w, r, "source", source, res, err)
 }
 
-// afterReset sends the browser back to the dashboard with the outcome in
-// the URL, so that reloading the page shows the message without resetting
-// again.
+// afterReset sends the browser back to the dashboard with the outcome
+// sealed in the URL (sealFlash), so that reloading the page shows the
+// message without resetting again, and nobody can make up an outcome.
 func (s *server) afterReset(w http.ResponseWriter, r *http.Request, by, name string, res locker.ResetResult, err error) {
 	if err != nil {
 		s.pageError(w, r, http.StatusInternalServerError,
 			fmt.Errorf("%w; what could not be recorded is still held (released %d, refused %d)", err, res.Released, res.Refused))
 		return
 	}
-	v := url.Values{"done": {by}, "name": {name},
-		"released": {strconv.Itoa(res.Released)}, "refused": {strconv.Itoa(res.Refused)}}
-	http.Redirect(w, r, "/?"+v.Encode(), http.StatusSeeOther)
+	done := s.sealFlash(flash{By: by, Name: name, Released: res.Released, Refused: res.Refused}, s.now())
+	http.Redirect(w, r, "/?done="+done, http.StatusSeeOther)
 }
 
 func (s *server) pageError(w http.ResponseWriter, r *http.Request, status int, err error) {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,7 +34,7 @@ func TestPagesEscape(t *testing.T) {
 		"confirm key":      "/reset/key?key=" + url.QueryEscape(script),
 		"confirm raw":      "/reset/key?key=" + url.QueryEscape("raw\xff\xfe"),
 		"confirm source":   "/reset/source?source=" + url.QueryEscape("<b>bold</b>"),
-		"flash":            "/?done=key&released=1&refused=0&name=" + url.QueryEscape(script),
+		"flash":            "/?done=" + f.h.(*server).sealFlash(flash{By: "key", Name: script, Released: 1}, f.now),
 		"filter":           "/?q=" + url.QueryEscape(`"><script>`) + "&source=%FF",
 		"not held":         "/keys/" + keypath.Encode(script+"x"),
 		"confirm no key":   "/reset/key",
@@ -180,7 +181,7 @@ func TestFormReset(t *testing.T) {
 		t.Fatalf("reset: %d %s", w.Code, w.Body)
 	}
 	loc, _ := url.Parse(w.Header().Get("Location"))
-	if q := loc.Query(); q.Get("done") != "key" || q.Get("name") != raw || q.Get("released") != "1" || q.Get("refused") != "1" {
+	if loc.Path != "/" || loc.Query().Get("done") == "" {
 		t.Fatalf("redirect: %s", loc)
 	}
 	if err := f.outcome(); !errors.Is(err, locker.ErrReset) {
@@ -197,8 +198,11 @@ func TestFormReset(t *testing.T) {
 		t.Fatalf("source confirmation: %s", w.Body)
 	}
 	w = f.do("POST", "/reset/source", "source=svc", "Content-Type", "application/x-www-form-urlencoded")
-	if w.Code != http.StatusSeeOther || !strings.Contains(w.Header().Get("Location"), "released=2") {
-		t.Fatalf("source reset: %d %q", w.Code, w.Header().Get("Location"))
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("source reset: %d", w.Code)
+	}
+	if body := f.do("GET", w.Header().Get("Location"), "").Body.String(); !strings.Contains(body, "released 2 keys") {
+		t.Fatal("no message after the source reset")
 	}
 	if w := f.do("POST", "/reset/key", "", "Content-Type", "application/x-www-form-urlencoded"); w.Code != 400 {
 		t.Fatalf("empty form: %d", w.Code)
@@ -269,5 +273,43 @@ func TestDeepPage(t *testing.T) {
 				t.Fatalf("%s: %d rows, first %v", target, len(got), got[0])
 			}
 		}
+	}
+}
+
+// TestFlashCannotBeForged: the banner after a reset shows what the reset
+// did; a link with a made-up or altered outcome, or an old one, shows no
+// banner.
+func TestFlashCannotBeForged(t *testing.T) {
+	f := newFixture(t)
+	f.hold("real", "svc", time.Minute)
+	w := f.do("POST", "/reset/key", "key=real", "Content-Type", "application/x-www-form-urlencoded")
+	loc := w.Header().Get("Location")
+	banner := func(target string) string {
+		doc := parseHTML(t, f.do("GET", target, "").Body.String())
+		return strings.Join(strings.Fields(doc.Find(`[data-testid="flash"]`).Text()), " ")
+	}
+	if got := banner(loc); !strings.Contains(got, "Reset key real") || !strings.Contains(got, "released 1 key") {
+		t.Fatalf("banner after a real reset: %q", got)
+	}
+	token := strings.TrimPrefix(loc, "/?done=")
+	enc, sig, _ := strings.Cut(token, ".")
+	p, _ := base64.RawURLEncoding.DecodeString(enc)
+	p[12] = 99 // released: 99
+	altered := base64.RawURLEncoding.EncodeToString(p) + "." + sig
+	for name, target := range map[string]string{
+		"made up":   "/?done=key&name=X&released=99&refused=0",
+		"altered":   "/?done=" + altered,
+		"no sig":    "/?done=" + enc,
+		"bad sig":   "/?done=" + enc + ".AAAAAAAAAAAAAAAAAAAAAA",
+		"garbage":   "/?done=%FF%00.",
+		"other run": "/?done=" + newFixture(t).h.(*server).sealFlash(flash{By: "key", Name: "X", Released: 99}, f.now),
+	} {
+		if got := banner(target); got != "" {
+			t.Errorf("%s: banner %q", name, got)
+		}
+	}
+	f.now = f.now.Add(flashTTL + time.Second)
+	if got := banner(loc); got != "" {
+		t.Errorf("an expired banner link still shows %q", got)
 	}
 }

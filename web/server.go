@@ -76,6 +76,8 @@ type server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	hosts   hostPolicy
+	// flashKey signs the outcome of an action in the redirect after it.
+	flashKey [32]byte
 
 	// Refusals are logged at most once a second each, with the count of
 	// the lines held back, so that a flood does not flood the log.
@@ -96,7 +98,7 @@ func New(opts Options) http.Handler {
 		opts.now = time.Now
 	}
 	s := &server{opts: opts, started: opts.now(), log: opts.Logger, metrics: opts.Metrics,
-		hosts:   newHostPolicy(opts.ListenAddress, opts.AllowedHosts),
+		hosts: newHostPolicy(opts.ListenAddress, opts.AllowedHosts), flashKey: newFlashKey(),
 		authLog: logLimiter{interval: time.Second}, hostLog: logLimiter{interval: time.Second}}
 	if s.log == nil {
 		s.log = slog.Default()

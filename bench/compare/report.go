@@ -1,0 +1,555 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// machine describes where the run happened.
+type machine struct {
+	CPU        string        `json:"cpu"`
+	Cores      int           `json:"cores"`
+	Kernel     string        `json:"kernel"`
+	Go         string        `json:"go"`
+	loadBefore string        // load average as the runs began
+	loadAfter  string        // and as they ended
+	took       time.Duration // the runs' wall time
+}
+
+func readMachine() machine {
+	m := machine{CPU: "unknown", Cores: runtime.NumCPU(), Kernel: "unknown", Go: runtime.Version()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+		_ = f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// summary is one cell's figures over its rounds: throughput is the median of
+// the rounds' rates; percentiles are over every sample of every round.
+type summary struct {
+	Rounds     int     `json:"rounds"`
+	Rate       float64 `json:"cycles_per_second"`
+	P50Micros  float64 `json:"p50_us,omitempty"` // A: cycle; C: handover
+	P99Micros  float64 `json:"p99_us,omitempty"`
+	Jain       float64 `json:"jain,omitempty"`           // C: median over rounds
+	Overtakes  int     `json:"fifo_overtakes,omitempty"` // C: all rounds
+	Grants     int     `json:"grants,omitempty"`         // C: all rounds
+	HoldMicros float64 `json:"hold_p50_us,omitempty"`    // C
+	Error      string  `json:"error,omitempty"`
+}
+
+func summarize(c cell, runs []runResult) summary {
+	s := summary{Rounds: len(runs)}
+	var rates, jains []float64
+	var lats, holds []time.Duration
+	for _, r := range runs {
+		rates = append(rates, r.rate())
+		lats = append(lats, r.latencies...)
+		holds = append(holds, r.holds...)
+		if c.workload == wC {
+			jains = append(jains, jain(r.perClient))
+			s.Overtakes += r.overtakes
+			s.Grants += r.cycles
+		}
+	}
+	s.Rate = median(rates)
+	if len(lats) > 0 {
+		s.P50Micros = micros(percentile(lats, 50))
+		s.P99Micros = micros(percentile(lats, 99))
+	}
+	if len(jains) > 0 {
+		s.Jain = median(jains)
+	}
+	if len(holds) > 0 {
+		s.HoldMicros = micros(percentile(holds, 50))
+	}
+	return s
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// report is everything the README, the chart and results.json show.
+type report struct {
+	cfg      config
+	m        machine
+	versions map[string]string
+	skipped  map[string]string
+	systems  []*system
+	sums     map[cell]summary
+}
+
+func newReport(cfg config, m machine, srv *servers, systems []*system, results map[cell][]runResult, failed map[cell]error) *report {
+	r := &report{cfg: cfg, m: m, versions: srv.versions, skipped: srv.skipped, systems: systems, sums: make(map[cell]summary)}
+	for c, runs := range results {
+		r.sums[c] = summarize(c, runs)
+	}
+	for c, err := range failed {
+		s := r.sums[c]
+		s.Error = err.Error()
+		r.sums[c] = s
+	}
+	return r
+}
+
+// get returns a cell's summary and whether it was measured without error.
+func (r *report) get(workload string, lockers int, system string) (summary, bool) {
+	s, ok := r.sums[cell{workload, lockers, system}]
+	return s, ok && s.Error == "" && s.Rounds > 0
+}
+
+// write writes README.md, chart.png and results.json into dir.
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report folder: %w", err)
+	}
+	if err := r.chart(filepath.Join(dir, "chart.png")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(r.markdown("chart.png")), 0o644); err != nil {
+		return fmt.Errorf("write README: %w", err)
+	}
+	type jsonCell struct {
+		Workload string `json:"workload"`
+		Lockers  int    `json:"lockers"`
+		System   string `json:"system"`
+		summary
+	}
+	var cells []jsonCell
+	for c, s := range r.sums {
+		cells = append(cells, jsonCell{c.workload, c.lockers, c.system, s})
+	}
+	slices.SortFunc(cells, func(a, b jsonCell) int {
+		return strings.Compare(fmt.Sprintf("%s%03d%s", a.Workload, a.Lockers, a.System), fmt.Sprintf("%s%03d%s", b.Workload, b.Lockers, b.System))
+	})
+	b, err := json.MarshalIndent(map[string]any{"machine": r.m, "versions": r.versions, "cells": cells}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results.json: %w", err)
+	}
+	return nil
+}
+
+// thousands formats a rate as a whole number with thin digit groups.
+func thousands(x float64) string {
+	s := strconv.FormatInt(int64(x+0.5), 10)
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString(",")
+		}
+		b.WriteRune(ch)
+	}
+	return b.String()
+}
+
+func (r *report) rateCell(w string, n int, sys string) string {
+	s, ok := r.get(w, n, sys)
+	if !ok {
+		return r.missing(w, n, sys)
+	}
+	return thousands(s.Rate)
+}
+
+func (r *report) missing(w string, n int, sys string) string {
+	if s, ok := r.sums[cell{w, n, sys}]; ok && s.Error != "" {
+		return "failed"
+	}
+	return "–"
+}
+
+// headline is one ratio of the README's headline list.
+type headline struct {
+	what   string
+	ratio  float64
+	target string
+	met    bool
+	ok     bool // both sides were measured
+}
+
+func (r *report) headlines() []headline {
+	var hs []headline
+	ratio := func(what, target string, a, b float64, okA, okB bool, met func(float64) bool) {
+		h := headline{what: what, target: target, ok: okA && okB && b != 0}
+		if h.ok {
+			h.ratio = a / b
+			h.met = met(h.ratio)
+		}
+		hs = append(hs, h)
+	}
+	sa, okSA := r.get(wA, 1, "lc-session")
+	fa, okFA := r.get(wA, 1, "floor-persistent")
+	ratio("session A p50 ÷ persistent floor A p50", "≤ 1.05", sa.P50Micros, fa.P50Micros, okSA, okFA, func(x float64) bool { return x <= 1.05 })
+	sb, okSB := r.get(wB, nB, "lc-session")
+	fb, okFB := r.get(wB, nB, "floor-persistent")
+	ratio("session B ÷ persistent floor B (cycles/s)", "≥ 0.9", sb.Rate, fb.Rate, okSB, okFB, func(x float64) bool { return x >= 0.9 })
+	sc, okSC := r.get(wC, nC, "lc-session")
+	pc, okPC := r.get(wC, nC, "postgres")
+	ratio("session C ÷ PostgreSQL C (acquisitions/s)", "≥ 1.2", sc.Rate, pc.Rate, okSC, okPC, func(x float64) bool { return x >= 1.2 })
+	ratio("session C handover p99 ÷ PostgreSQL's", "≤ 0.6", sc.P99Micros, pc.P99Micros, okSC, okPC, func(x float64) bool { return x <= 0.6 })
+	sm, okSM := r.get(wM, nB, "lc-session")
+	ratio("M (one shared session) ÷ session B (32 sessions)", "≥ 1", sm.Rate, sb.Rate, okSM, okSB, func(x float64) bool { return x >= 1 })
+	dw, okDW := r.get(wD, 64, "lc-session-wal")
+	dm, okDM := r.get(wD, 64, "lc-session")
+	ratio("D 64 lockers: session with DATA_PATH ÷ session in memory", "≥ 0.8", dw.Rate, dm.Rate, okDW, okDM, func(x float64) bool { return x >= 0.8 })
+	return hs
+}
+
+// markdown renders the README; chart names the chart's file ("" for none).
+func (r *report) markdown(chart string) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# bench-compare: Locking-Center beside Redis, etcd and PostgreSQL\n\n")
+	p("One run of `bench-compare` on one machine: every system on 127.0.0.1, the same workloads on each, ")
+	p("in %d rounds that take the systems in turn, so that the machine's drift falls on all of them. ", r.cfg.rounds)
+	p("The floors are a bare TCP exchange with a tiny Go echo server: no lock server can answer faster than they do.\n\n")
+	if chart != "" {
+		p("![bench-compare chart](%s)\n\n", chart)
+	}
+
+	p("## Headline ratios\n\n")
+	p("| ratio | measured | target |\n| --- | ---: | --- |\n")
+	for _, h := range r.headlines() {
+		if !h.ok {
+			p("| %s | not measured | %s |\n", h.what, h.target)
+			continue
+		}
+		verdict := "met"
+		if !h.met {
+			verdict = "missed"
+		}
+		p("| %s | %.2f× | %s (%s) |\n", h.what, h.ratio, h.target, verdict)
+	}
+	if s, ok := r.get(wC, nC, "lc-session"); ok {
+		p("\nSession C fairness: Jain's index %.4f, %d FIFO overtakes in %s acquisitions.\n", s.Jain, s.Overtakes, thousands(float64(s.Grants)))
+	}
+
+	p("\n## A, B: lock cycles on fresh keys\n\n")
+	p("A: one client, Lock then Unlock of a new key, again and again; the latency of the whole cycle. ")
+	p("B: %d clients at once, each on keys of its own; cycles per second. ", nB)
+	p("A floor's cycle is two exchanges, as a Lock and an Unlock are two requests.\n\n")
+	p("| system | A p50 µs | A p99 µs | B cycles/s |\n| --- | ---: | ---: | ---: |\n")
+	for _, s := range r.systems {
+		a, okA := r.get(wA, 1, s.name)
+		p50, p99 := r.missing(wA, 1, s.name), r.missing(wA, 1, s.name)
+		if okA {
+			p50, p99 = fmt.Sprintf("%.0f", a.P50Micros), fmt.Sprintf("%.0f", a.P99Micros)
+		}
+		p("| %s | %s | %s | %s |\n", s.name, p50, p99, r.rateCell(wB, nB, s.name))
+	}
+
+	p("\n## C: %d clients on one key\n\n", nC)
+	p("Each client locks the key, holds it for %v (a sleep; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
+	p("Handover: from the holder starting to send its release to the next holder's grant arriving. ")
+	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares; median of the rounds). ")
+	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds.\n\n")
+	p("| system | acquisitions/s | handover p50 µs | handover p99 µs | Jain | FIFO overtakes | acquisitions | hold p50 µs |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range r.systems {
+		if s.floor {
+			continue
+		}
+		c, ok := r.get(wC, nC, s.name)
+		if !ok {
+			m := r.missing(wC, nC, s.name)
+			p("| %s | %s | | | | | | |\n", s.name, m)
+			continue
+		}
+		p("| %s | %s | %.0f | %.0f | %.4f | %d | %s | %.0f |\n", s.name, thousands(c.Rate), c.P50Micros, c.P99Micros, c.Jain, c.Overtakes, thousands(float64(c.Grants)), c.HoldMicros)
+	}
+
+	p("\n## D: durable, 1, 16 and 64 lockers on their own keys\n\n")
+	p("Acquisitions (Lock+Unlock cycles) per second. Locking-Center with `DATA_PATH` fsyncs every grant and every release before answering; ")
+	p("etcd commits every write to its raft log on disk. PostgreSQL is here because its advisory locks are the lock people reach for in it, ")
+	p("but they live in its shared memory and are not written to its WAL: they do not survive a restart. ")
+	p("The in-memory session is the reference for the durable one.\n\n")
+	p("| system | 1 | 16 | 64 |\n| --- | ---: | ---: | ---: |\n")
+	for _, s := range r.systems {
+		if !(s.durable || s.name == "postgres" || s.name == "lc-session") {
+			continue
+		}
+		p("| %s |", s.name)
+		for _, n := range dLockers {
+			p(" %s |", r.rateCell(wD, n, s.name))
+		}
+		p("\n")
+	}
+
+	p("\n## M: %d lockers sharing one session\n\n", nB)
+	p("B's %d clients as goroutines of one program sharing ONE session: one TCP connection, requests written together, answers matched by id. ", nB)
+	p("No peer here can carry blocking locks of many lockers on one connection: a blocked `pg_advisory_lock` holds its connection, and redsync's retry loop and etcd's Mutex wait on theirs.\n\n")
+	p("| system | M: one session, cycles/s | B: %d sessions, cycles/s | M ÷ B |\n| --- | ---: | ---: | ---: |\n", nB)
+	for _, s := range r.systems {
+		if !s.session {
+			continue
+		}
+		mm, okM := r.get(wM, nB, s.name)
+		bb, okB := r.get(wB, nB, s.name)
+		ratio := "–"
+		if okM && okB && bb.Rate > 0 {
+			ratio = fmt.Sprintf("%.2f×", mm.Rate/bb.Rate)
+		}
+		p("| %s | %s | %s | %s |\n", s.name, r.rateCell(wM, nB, s.name), r.rateCell(wB, nB, s.name), ratio)
+	}
+
+	p("\n## Systems\n\n")
+	for _, s := range r.systems {
+		p("- **%s**: %s.\n", s.name, s.what)
+	}
+	for _, n := range systemNames {
+		if why, ok := r.skipped[n]; ok {
+			p("- **%s**: not measured: %s.\n", n, why)
+		}
+	}
+	var failed []string
+	for c, s := range r.sums {
+		if s.Error != "" {
+			failed = append(failed, fmt.Sprintf("- %s (%d lockers) on %s failed: %s", c.workload, c.lockers, c.system, s.Error))
+		}
+	}
+	slices.Sort(failed)
+	if len(failed) > 0 {
+		p("\nFailed measurements:\n\n%s\n", strings.Join(failed, "\n"))
+	}
+
+	p("\n## How it was run\n\n")
+	p("```\nmake bench-compare\n# which runs, in bench/compare:\ngo run .%s\n```\n\n", argString(r.cfg.args))
+	p("- Every run: clients connected first (not timed), %v of warm-up not counted, then %v counted; %d rounds. ", r.cfg.timing.warmup, r.cfg.timing.duration, r.cfg.rounds)
+	p("Each round runs every workload on every system once, starting one system further along each round. ")
+	p("Rates are the median of the rounds; percentiles are over every sample of every round.\n")
+	p("- The benchmark's clients run in one Go process (GOMAXPROCS %d) on the same machine as the servers, and share its cores with them.\n", runtime.GOMAXPROCS(0))
+	p("- Every server is a process of its own, started on free 127.0.0.1 ports with its data in a temporary folder, and stopped by PID at the end. ")
+	p("Locking-Center is built from this repository with `go build .` and runs with `WEB_ADDRESS=off`; Redis with `--save '' --appendonly no`; ")
+	p("etcd as a single member with its data directory in the temporary folder; PostgreSQL initialised there with `initdb`, run as the user `postgres`, fsync settings at their defaults.\n")
+	p("- Redis retries a taken key after a random sleep of 0 to %v, redsync's way (redsync's own default sleeps 50 to 250 ms, which would make its C figures far lower).\n", r.cfg.redisRetry)
+	p("- The machine is shared with other work: load average %s as the runs began, %s as they ended; the runs took %v. Figures from a busy machine are noisy; ratios from one run (the systems taking turns) are steadier than absolute figures.\n",
+		r.m.loadBefore, r.m.loadAfter, r.m.took.Round(time.Second))
+
+	p("\n## Machine\n\n")
+	p("| | |\n| --- | --- |\n")
+	p("| CPU | %s |\n| cores | %d |\n| kernel | %s |\n| Go | %s |\n", r.m.CPU, r.m.Cores, r.m.Kernel, r.m.Go)
+	for _, k := range []string{"locking-center", "redis", "etcd", "postgres"} {
+		if v, ok := r.versions[k]; ok {
+			p("| %s | %s |\n", k, v)
+		}
+	}
+	return b.String()
+}
+
+// argString quotes the command line's arguments for a shell.
+func argString(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteByte(' ')
+		if a == "" || strings.ContainsAny(a, " '\"$\\*?") {
+			b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
+		} else {
+			b.WriteString(a)
+		}
+	}
+	return b.String()
+}
+
+// Colours of the chart's families of systems.
+var (
+	colFloor   = color.RGBA{150, 150, 150, 255}
+	colV1      = color.RGBA{120, 170, 220, 255}
+	colSession = color.RGBA{20, 80, 160, 255}
+	colRedis   = color.RGBA{200, 60, 50, 255}
+	colEtcd    = color.RGBA{60, 150, 80, 255}
+	colPg      = color.RGBA{130, 80, 160, 255}
+)
+
+func colourOf(name string) color.Color {
+	switch {
+	case strings.HasPrefix(name, "floor"):
+		return colFloor
+	case strings.HasPrefix(name, "lc-session"):
+		return colSession
+	case strings.HasPrefix(name, "lc-v1"):
+		return colV1
+	case name == "redis":
+		return colRedis
+	case name == "etcd":
+		return colEtcd
+	}
+	return colPg
+}
+
+// bar is one bar of a panel.
+type bar struct {
+	label  string
+	value  float64
+	colour color.Color
+}
+
+// panel draws horizontal bars, one per system, first at the top.
+func panel(title, unit string, bars []bar) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = unit
+	p.X.Min = 0
+	var names []string
+	var xys plotter.XYs
+	var labels []string
+	for i, b := range bars {
+		y := float64(len(bars) - 1 - i)
+		bc, err := plotter.NewBarChart(plotter.Values{b.value}, vg.Points(11))
+		if err != nil {
+			return nil, fmt.Errorf("chart %q: %w", title, err)
+		}
+		bc.Horizontal = true
+		bc.XMin = y
+		bc.Color = b.colour
+		bc.LineStyle.Width = 0
+		p.Add(bc)
+		xys = append(xys, plotter.XY{X: b.value, Y: y})
+		labels = append(labels, " "+compact(b.value))
+	}
+	if len(bars) == 0 {
+		p.Title.Text += " (not measured)"
+		p.HideAxes()
+		return p, nil
+	}
+	for i := range bars {
+		names = append(names, bars[len(bars)-1-i].label)
+	}
+	p.NominalY(names...)
+	p.Y.Min, p.Y.Max = -0.7, float64(len(bars))-0.3
+	{
+		l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+		if err != nil {
+			return nil, fmt.Errorf("chart %q: %w", title, err)
+		}
+		for i := range l.TextStyle {
+			l.TextStyle[i].YAlign = draw.YCenter
+			l.TextStyle[i].Font.Size = vg.Points(8)
+		}
+		p.Add(l)
+		hi := 0.0
+		for _, b := range bars {
+			hi = max(hi, b.value)
+		}
+		p.X.Max = hi * 1.3 // room for the value labels
+	}
+	return p, nil
+}
+
+// compact formats a figure for a bar's label: 45.1k, 812.
+func compact(x float64) string {
+	switch {
+	case x >= 10_000:
+		return fmt.Sprintf("%.1fk", x/1000)
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.1f", x)
+}
+
+// chart draws six panels into a PNG: A, B, C (two), D with 64 lockers, M.
+func (r *report) chart(path string) error {
+	var a, bb, c, ch, d, m []bar
+	for _, s := range r.systems {
+		col := colourOf(s.name)
+		if x, ok := r.get(wA, 1, s.name); ok {
+			a = append(a, bar{s.name, x.P50Micros, col})
+		}
+		if x, ok := r.get(wB, nB, s.name); ok {
+			bb = append(bb, bar{s.name, x.Rate, col})
+		}
+		if x, ok := r.get(wC, nC, s.name); ok {
+			c = append(c, bar{s.name, x.Rate, col})
+			ch = append(ch, bar{s.name, x.P99Micros, col})
+		}
+		if x, ok := r.get(wD, 64, s.name); ok {
+			d = append(d, bar{s.name, x.Rate, col})
+		}
+		if s.session {
+			if x, ok := r.get(wB, nB, s.name); ok {
+				m = append(m, bar{s.name + " B: 32 sessions", x.Rate, colV1})
+			}
+			if x, ok := r.get(wM, nB, s.name); ok {
+				m = append(m, bar{s.name + " M: 1 session", x.Rate, colSession})
+			}
+		}
+	}
+	specs := []struct {
+		title, unit string
+		bars        []bar
+	}{
+		{"A: Lock+Unlock p50, 1 client (lower is better)", "µs", a},
+		{fmt.Sprintf("B: %d clients, own keys", nB), "cycles/s", bb},
+		{fmt.Sprintf("C: %d clients, one key, hold %v", nC, r.cfg.hold), "acquisitions/s", c},
+		{"C: handover p99 (lower is better)", "µs", ch},
+		{"D: 64 lockers, durable (in-memory session for reference)", "acquisitions/s", d},
+		{fmt.Sprintf("M: %d lockers on one session vs B", nB), "cycles/s", m},
+	}
+	plots := [][]*plot.Plot{make([]*plot.Plot, 3), make([]*plot.Plot, 3)}
+	for i, s := range specs {
+		p, err := panel(s.title, s.unit, s.bars)
+		if err != nil {
+			return err
+		}
+		plots[i/3][i%3] = p
+	}
+	img := vgimg.NewWith(vgimg.UseWH(vg.Points(1500), vg.Points(760)), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 3, PadX: vg.Points(24), PadY: vg.Points(24), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
+	canvases := plot.Align(plots, tiles, dc)
+	for j := range plots {
+		for i := range plots[j] {
+			plots[j][i].Draw(canvases[j][i])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("chart: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("chart: close %s: %w", path, err)
+	}
+	return nil
+}

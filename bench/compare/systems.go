@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// client is one locker of a system under test. A client serves one
+// goroutine; Lock blocks until the key is granted.
+type client interface {
+	Lock(ctx context.Context, key string) error
+	Unlock(ctx context.Context, key string) error
+	Close() error
+}
+
+// system is one column of the comparison: a way to lock and the server
+// behind it.
+type system struct {
+	name    string
+	what    string // one line for the README
+	floor   bool   // a floor: "Lock" and "Unlock" are one bare exchange each
+	durable bool   // its grants survive a crash of the server
+	session bool   // a Locking-Center session: workload M applies
+	addr    string
+	connect func(ctx context.Context, id int) (client, error)
+}
+
+// The systems, in the order of the table.
+var systemNames = []string{
+	"floor-connect", "floor-persistent",
+	"lc-v1", "lc-session", "lc-v1-wal", "lc-session-wal",
+	"redis", "etcd", "postgres",
+}
+
+// servers are the processes started for one run of the benchmark.
+type servers struct {
+	tmp      string
+	procs    []*proc // in start order; stopped in reverse
+	systems  map[string]*system
+	versions map[string]string // program → version line
+	skipped  map[string]string // system → why it is not measured
+}
+
+// startServers starts what the chosen systems need, each on free loopback
+// ports with its data under tmp. On error, what was started is in s.procs
+// and the caller still stops it.
+func startServers(ctx context.Context, s *servers, repo string, chosen map[string]bool, redisRetry time.Duration) error {
+	s.systems = make(map[string]*system)
+	s.versions = make(map[string]string)
+	s.skipped = make(map[string]string)
+	want := func(names ...string) bool {
+		for _, n := range names {
+			if chosen[n] {
+				return true
+			}
+		}
+		return false
+	}
+
+	if want("floor-connect", "floor-persistent") {
+		if err := s.startEcho(ctx); err != nil {
+			return err
+		}
+	}
+	if want("lc-v1", "lc-session", "lc-v1-wal", "lc-session-wal") {
+		if err := s.startLC(ctx, repo, want("lc-v1", "lc-session"), want("lc-v1-wal", "lc-session-wal")); err != nil {
+			return err
+		}
+	}
+	if want("redis") {
+		if err := s.startRedis(ctx, redisRetry); err != nil {
+			return err
+		}
+	}
+	if want("etcd") {
+		if err := s.startEtcd(ctx); err != nil {
+			return err
+		}
+	}
+	if want("postgres") {
+		if err := s.startPostgres(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopAll stops every process, last started first, by PID.
+func (s *servers) stopAll() error {
+	var errs []error
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if err := s.procs[i].stop(); err != nil {
+			errs = append(errs, err)
+		} else {
+			slog.Info("stopped", "system", s.procs[i].name, "pid", s.procs[i].cmd.Process.Pid)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *servers) start(name string, stopSig syscall.Signal, cred *syscall.Credential, env []string, bin string, args ...string) (*proc, error) {
+	p, err := startProc(name, filepath.Join(s.tmp, name+".log"), stopSig, cred, s.tmp, env, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, p)
+	return p, nil
+}
+
+func (s *servers) startEcho(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("echo server: find this program: %w", err)
+	}
+	pc, err := freePort()
+	if err != nil {
+		return err
+	}
+	pp, err := freePort()
+	if err != nil {
+		return err
+	}
+	connectAddr := "127.0.0.1:" + strconv.Itoa(pc)
+	persistentAddr := "127.0.0.1:" + strconv.Itoa(pp)
+	p, err := s.start("echo", syscall.SIGTERM, nil, nil, self, "echo", connectAddr, persistentAddr)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, p, dialReady(persistentAddr)); err != nil {
+		return err
+	}
+	s.systems["floor-connect"] = &system{
+		name: "floor-connect", floor: true, addr: connectAddr,
+		what: "connect, 1-byte exchange, server closes: the floor of one request per connection",
+		connect: func(context.Context, int) (client, error) {
+			return &connectFloor{addr: connectAddr}, nil
+		},
+	}
+	s.systems["floor-persistent"] = &system{
+		name: "floor-persistent", floor: true, addr: persistentAddr,
+		what: "1-byte ping-pong on one persistent connection: the floor of any request/answer protocol",
+		connect: func(ctx context.Context, _ int) (client, error) {
+			return dialPersistentFloor(ctx, persistentAddr)
+		},
+	}
+	return nil
+}
+
+// startLC builds Locking-Center and starts it in memory (mem), with
+// DATA_PATH (wal), or both: two processes.
+func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error {
+	bin := filepath.Join(s.tmp, "locking-center")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build Locking-Center in %s: %w\n%s", repo, err, out)
+	}
+	s.versions["locking-center"] = versionOf(bin, "version") + " (built from this repository with go build .)"
+	var modes []bool
+	if mem {
+		modes = append(modes, false)
+	}
+	if wal {
+		modes = append(modes, true)
+	}
+	for _, wal := range modes {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		name := "locking-center"
+		env := []string{"BIND_ADDRESS=" + addr, "WEB_ADDRESS=off"}
+		if wal {
+			name = "locking-center-wal"
+			if err := os.MkdirAll(filepath.Join(s.tmp, "lc-wal"), 0o755); err != nil {
+				return fmt.Errorf("DATA_PATH folder: %w", err)
+			}
+			env = append(env, "DATA_PATH="+filepath.Join(s.tmp, "lc-wal", "locks.wal"))
+		} else {
+			env = append(env, "DATA_PATH=")
+		}
+		p, err := s.start(name, syscall.SIGTERM, nil, env, bin)
+		if err != nil {
+			return err
+		}
+		if err := waitReady(ctx, p, dialReady(addr)); err != nil {
+			return err
+		}
+		suffix, durable := "", false
+		where := "in memory"
+		if wal {
+			suffix, durable, where = "-wal", true, "with DATA_PATH (every grant and release fsynced, group commit)"
+		}
+		s.systems["lc-v1"+suffix] = &system{
+			name: "lc-v1" + suffix, durable: durable, addr: addr,
+			what: "Locking-Center v1, one TCP connection per request, " + where,
+			connect: func(_ context.Context, id int) (client, error) {
+				return &v1Client{addr: addr, source: "bench-" + strconv.Itoa(id)}, nil
+			},
+		}
+		// Sessions are measured only where the server speaks them.
+		probe, err := openSession(ctx, addr, "bench-probe", 0)
+		if err == nil {
+			err = probe.close()
+		}
+		if err != nil {
+			s.skipped["lc-session"+suffix] = fmt.Sprintf("the server does not open a session: %v", err)
+			slog.Warn("sessions not measured", "system", "lc-session"+suffix, "err", err)
+			continue
+		}
+		s.systems["lc-session"+suffix] = &system{
+			name: "lc-session" + suffix, durable: durable, session: true, addr: addr,
+			what: "Locking-Center session (action 16), one persistent connection per client, " + where,
+			connect: func(ctx context.Context, id int) (client, error) {
+				sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
+				if err != nil {
+					return nil, err
+				}
+				return &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}, nil
+			},
+		}
+	}
+	return nil
+}
+
+func (s *servers) startRedis(ctx context.Context, retry time.Duration) error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redis-server not found (run install.sh): %w", err)
+	}
+	s.versions["redis"] = versionOf(bin, "--version")
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	dir := filepath.Join(s.tmp, "redis")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("redis folder: %w", err)
+	}
+	p, err := s.start("redis", syscall.SIGTERM, nil, nil, bin,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+	if err != nil {
+		return err
+	}
+	ready := func(ctx context.Context) error {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		return rdb.Ping(ctx).Err()
+	}
+	if err := waitReady(ctx, p, ready); err != nil {
+		return err
+	}
+	s.systems["redis"] = &system{
+		name: "redis", addr: addr,
+		what: fmt.Sprintf("Redis SET key value NX PX 30000, retry after a random 0–%v sleep (redsync's way), Lua compare-and-delete release; no persistence (--save '' --appendonly no)", retry),
+		connect: func(_ context.Context, id int) (client, error) {
+			return newRedisClient(addr, id, retry), nil
+		},
+	}
+	return nil
+}
+
+func (s *servers) startEtcd(ctx context.Context) error {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return fmt.Errorf("etcd not found (run install.sh): %w", err)
+	}
+	s.versions["etcd"] = versionOf(bin, "--version")
+	cport, err := freePort()
+	if err != nil {
+		return err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return err
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(cport)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(pport)
+	p, err := s.start("etcd", syscall.SIGTERM, nil, nil, bin,
+		"--name", "bench", "--data-dir", filepath.Join(s.tmp, "etcd"),
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "bench="+peerURL, "--initial-cluster-state", "new",
+		"--log-level", "warn", "--logger", "zap")
+	if err != nil {
+		return err
+	}
+	endpoint := "127.0.0.1:" + strconv.Itoa(cport)
+	ready := func(ctx context.Context) error {
+		c, err := newEtcdClient(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	if err := waitReady(ctx, p, ready); err != nil {
+		return err
+	}
+	s.systems["etcd"] = &system{
+		name: "etcd", durable: true, addr: endpoint,
+		what: "etcd concurrency.Mutex, one client and one session (lease) per locker; single member, data on disk",
+		connect: func(ctx context.Context, _ int) (client, error) {
+			return newEtcdClient(ctx, endpoint)
+		},
+	}
+	return nil
+}
+
+func (s *servers) startPostgres(ctx context.Context) error {
+	binDir, err := postgresBin()
+	if err != nil {
+		return err
+	}
+	s.versions["postgres"] = versionOf(filepath.Join(binDir, "postgres"), "--version")
+	cred, err := postgresUser()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(s.tmp, "pg")
+	for _, d := range []string{dir, filepath.Join(dir, "data"), filepath.Join(dir, "run")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("postgres folder: %w", err)
+		}
+		if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fmt.Errorf("postgres folder: %w", err)
+		}
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), "-D", filepath.Join(dir, "data"),
+		"-U", "postgres", "--auth=trust", "--no-instructions", "-E", "UTF8")
+	initdb.Dir = dir
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	// SIGINT is PostgreSQL's fast shutdown: it ends the sessions and stops.
+	p, err := s.start("postgres", syscall.SIGINT, cred, nil, filepath.Join(binDir, "postgres"),
+		"-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"),
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200")
+	if err != nil {
+		return err
+	}
+	dsn := "postgres://postgres@127.0.0.1:" + strconv.Itoa(port) + "/postgres?sslmode=disable"
+	ready := func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		return c.Close(ctx)
+	}
+	if err := waitReady(ctx, p, ready); err != nil {
+		return err
+	}
+	s.systems["postgres"] = &system{
+		name: "postgres", addr: "127.0.0.1:" + strconv.Itoa(port),
+		what: "PostgreSQL pg_advisory_lock / pg_advisory_unlock on one persistent connection per locker (pgx); fsync settings at their defaults",
+		connect: func(ctx context.Context, _ int) (client, error) {
+			return newPgClient(ctx, dsn)
+		},
+	}
+	return nil
+}
+
+// echoMain is the floors' server, run as this program's "echo" command in a
+// process of its own (as every other server is): on the first address it
+// reads one byte, answers one byte and closes, as a v1 server does; on the
+// second it answers every byte on the same connection. It runs until
+// SIGTERM or SIGINT.
+func echoMain(connectAddr, persistentAddr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	lc, err := listenLoopback(connectAddr)
+	if err != nil {
+		return err
+	}
+	lp, err := listenLoopback(persistentAddr)
+	if err != nil {
+		_ = lc.Close()
+		return err
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- serveEcho(lc, false) }()
+	go func() { errs <- serveEcho(lp, true) }()
+	<-ctx.Done()
+	_ = lc.Close()
+	_ = lp.Close()
+	<-errs
+	<-errs
+	return nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The workloads. Every run connects its clients first (not timed), lets them
+// run for a warm-up that is not counted, counts for the run's duration, then
+// stops them and closes the clients.
+const (
+	wA = "A"   // one client, Lock+Unlock on fresh keys: cycle latency
+	wB = "B"   // 32 clients, each on its own keys: cycles/s
+	wC = "C"   // 16 clients on one key, holding it ~100 µs each time
+	wD = "D"   // durable systems, 1/16/64 lockers on their own keys
+	wM = "M"   // B's 32 clients as goroutines sharing one session
+	nB = 32    // clients of B and M
+	nC = 16    // clients of C
+	kC = "hot" // C's one key (with the run's prefix)
+)
+
+// dLockers are the locker counts of workload D.
+var dLockers = []int{1, 16, 64}
+
+// The phases of a run, read by every worker.
+const (
+	phaseWarm int32 = iota
+	phaseCount
+	phaseStop
+)
+
+// runResult is what one run of one workload on one system measured.
+type runResult struct {
+	cycles    int             // Lock+Unlock cycles (acquisitions) completed while counting
+	elapsed   time.Duration   // the counted time
+	latencies []time.Duration // A: each cycle; C: each handover
+	holds     []time.Duration // C: how long each holder really held the key
+	perClient []int           // C: acquisitions per client
+	overtakes int             // C: FIFO overtakes
+}
+
+// rate returns cycles per second.
+func (r runResult) rate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.cycles) / r.elapsed.Seconds()
+}
+
+// timing is the warm-up and counted duration of every run.
+type timing struct {
+	warmup, duration time.Duration
+}
+
+// connectAll connects n clients of sys; with shared, n views of one session
+// (workload M). The caller closes what it returns, also on error.
+func connectAll(ctx context.Context, sys *system, n int, shared bool) ([]client, error) {
+	clients := make([]client, 0, n)
+	if shared {
+		c, err := sys.connect(ctx, 0)
+		if err != nil {
+			return nil, err
+		}
+		sc, ok := c.(*sessionClient)
+		if !ok {
+			_ = c.Close()
+			return nil, fmt.Errorf("%s has no session to share", sys.name)
+		}
+		clients = append(clients, sc) // the owner: closes the session
+		for len(clients) < n {
+			clients = append(clients, &sessionClient{s: sc.s, tokens: make(map[string]uint64)})
+		}
+		return clients, nil
+	}
+	for i := range n {
+		c, err := sys.connect(ctx, i)
+		if err != nil {
+			return clients, fmt.Errorf("connect client %d of %d: %w", i+1, n, err)
+		}
+		clients = append(clients, c)
+	}
+	return clients, nil
+}
+
+func closeAll(clients []client) error {
+	var errs []error
+	for _, c := range clients {
+		if err := c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runCycles runs n clients, each locking and unlocking fresh keys of its
+// own in a loop (workloads A, B, D, M). With latency set it records how
+// long each cycle took.
+func runCycles(ctx context.Context, sys *system, prefix string, n int, shared, latency bool, t timing) (runResult, error) {
+	clients, err := connectAll(ctx, sys, n, shared)
+	defer func() { _ = closeAll(clients) }()
+	if err != nil {
+		return runResult{}, err
+	}
+	var phase atomic.Int32
+	var firstErr error
+	var errOnce sync.Once
+	counts := make([]int, n)
+	lats := make([][]time.Duration, n)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			key := make([]byte, 0, 64)
+			for seq := 0; phase.Load() != phaseStop; seq++ {
+				key = append(key[:0], prefix...)
+				key = strconv.AppendInt(key, int64(i), 10)
+				key = append(key, '/')
+				key = strconv.AppendInt(key, int64(seq), 10)
+				k := string(key)
+				start := time.Now()
+				err := c.Lock(ctx, k)
+				if err == nil {
+					err = c.Unlock(ctx, k)
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("client %d: %w", i, err) })
+					phase.Store(phaseStop)
+					return
+				}
+				if phase.Load() == phaseCount {
+					counts[i]++
+					if latency {
+						lats[i] = append(lats[i], time.Since(start))
+					}
+				}
+			}
+		})
+	}
+	elapsed := measure(ctx, &phase, t)
+	wg.Wait()
+	if firstErr != nil {
+		return runResult{}, firstErr
+	}
+	r := runResult{elapsed: elapsed}
+	for i := range n {
+		r.cycles += counts[i]
+		r.latencies = append(r.latencies, lats[i]...)
+	}
+	return r, nil
+}
+
+// measure waits out the warm-up, counts for the duration, then tells the
+// workers to stop. It returns the counted time.
+func measure(ctx context.Context, phase *atomic.Int32, t timing) time.Duration {
+	sleepCtx(ctx, t.warmup)
+	if !phase.CompareAndSwap(phaseWarm, phaseCount) {
+		return 0 // a worker failed during the warm-up
+	}
+	start := time.Now()
+	sleepCtx(ctx, t.duration)
+	elapsed := time.Since(start)
+	phase.CompareAndSwap(phaseCount, phaseStop)
+	return elapsed
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// hotKey is workload C's shared record of one key's turns. Its mutex is
+// taken only around bookkeeping, never while a client talks to a server.
+type hotKey struct {
+	mu          sync.Mutex // guards every field below
+	q           queue
+	lastRelease time.Time // when the last holder began sending its release
+	handovers   []time.Duration
+	holds       []time.Duration
+	counts      []int
+	overtakes   int
+}
+
+// runHotKey runs n clients that all lock one key, hold it for hold, and
+// release it, in a loop (workload C). The handover is the time from the
+// holder starting to send its release to the next holder's grant arriving.
+func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time.Duration, t timing) (runResult, error) {
+	clients, err := connectAll(ctx, sys, n, false)
+	defer func() { _ = closeAll(clients) }()
+	if err != nil {
+		return runResult{}, err
+	}
+	key := prefix + kC
+	h := &hotKey{counts: make([]int, n)}
+	var phase atomic.Int32
+	var firstErr error
+	var errOnce sync.Once
+	fail := func(i int, err error) {
+		errOnce.Do(func() { firstErr = fmt.Errorf("client %d: %w", i, err) })
+		phase.Store(phaseStop)
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			for phase.Load() != phaseStop {
+				h.mu.Lock()
+				h.q.Wait(i)
+				h.mu.Unlock()
+				if err := c.Lock(ctx, key); err != nil {
+					fail(i, err)
+					return
+				}
+				granted := time.Now()
+				counting := phase.Load() == phaseCount
+				h.mu.Lock()
+				overtaken := h.q.Granted(i)
+				if counting {
+					if !h.lastRelease.IsZero() {
+						h.handovers = append(h.handovers, granted.Sub(h.lastRelease))
+					}
+					h.counts[i]++
+					h.overtakes += overtaken
+				}
+				h.mu.Unlock()
+				time.Sleep(hold)
+				h.mu.Lock()
+				h.lastRelease = time.Now()
+				if counting {
+					h.holds = append(h.holds, h.lastRelease.Sub(granted))
+				}
+				h.mu.Unlock()
+				if err := c.Unlock(ctx, key); err != nil {
+					fail(i, err)
+					return
+				}
+			}
+		})
+	}
+	elapsed := measure(ctx, &phase, t)
+	wg.Wait()
+	if firstErr != nil {
+		return runResult{}, firstErr
+	}
+	r := runResult{elapsed: elapsed, latencies: h.handovers, holds: h.holds, perClient: h.counts, overtakes: h.overtakes}
+	for _, c := range h.counts {
+		r.cycles += c
+	}
+	return r, nil
+}

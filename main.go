@@ -69,6 +69,8 @@ Environment:
   MAX_CONNECTIONS  concurrent TCP connections            (default 10000)
   REQUEST_TIMEOUT  time for a client to send its frame   (default 10s)
   WEB_PASSWORD     basic auth (user admin) on the web port, probes excepted
+  SESSION_TTL      TTL of a session that asks for 0, 1s..10m (default 10s)
+  AUTH_TOKEN       secret a session must present; v1 frames are then refused
 `
 
 // ready is told the listeners' addresses once both listen; tests use it.
@@ -85,13 +87,14 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	defer stopSignals()
 
 	metrics := web.NewMetrics(web.MetricsOptions{WAL: cfg.DataPath != ""})
-	topts := locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold}
+	topts := locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold,
+		MaxSessions: cfg.MaxConnections}
 	// With DATA_PATH the table gets its journal now; the log behind it is
 	// opened (and replayed into the table) once the web port serves, so
 	// /healthz answers during a long replay and /readyz waits for it.
-	var journal *walJournal
+	var journal *walog.Journal
 	if cfg.DataPath != "" {
-		journal = &walJournal{}
+		journal = &walog.Journal{}
 		topts.Journal = journal
 	}
 	table := locker.New(topts)
@@ -102,6 +105,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		MaxConnections: cfg.MaxConnections,
 		Logger:         logger,
 		Observer:       metrics,
+		SessionTTL:     cfg.SessionTTL,
+		AuthToken:      cfg.AuthToken,
 	}
 
 	// Keepalive probes matter only to a waiter, which wire turns them on
@@ -131,8 +136,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			Version:     version,
 			// Not ready before the replay, nor after the log failed: the
 			// engine then answers '-' to every lock until a restart.
-			Ready:    func() bool { return replayed.Load() && journal.healthy() },
-			LogStats: journal.stats,
+			Ready:    func() bool { return replayed.Load() && journal.Healthy() },
+			LogStats: func() web.LogStats { return logStats(journal) },
 		})
 		webSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -151,10 +156,20 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	if cfg.DataPath != "" {
 		// A corrupt log stops the start: the error names the file and the
 		// byte offset (walog.CorruptError), and main exits non-zero.
-		if err := journal.open(cfg.DataPath, table, metrics, logger); err != nil {
+		start := time.Now()
+		l, err := journal.Open(cfg.DataPath, walog.Options{OnFsync: metrics.ObserveFsync, Logger: logger}, table)
+		if err != nil {
 			serveErr = fmt.Errorf("DATA_PATH: %w", err)
 			tcpLn.Close() // never served, so Shutdown does not know it
+		} else {
+			logger.Info("write-ahead log replayed", "file", cfg.DataPath, "held_keys", table.Stats().Held,
+				"sessions", table.Stats().Sessions, "bytes", l.Stats().SizeBytes, "took", time.Since(start).Round(time.Millisecond))
 		}
+	}
+	expiryCtx, stopExpiry := context.WithCancel(context.Background())
+	defer stopExpiry()
+	if serveErr == nil {
+		wg.Go(func() { table.RunExpiry(expiryCtx) })
 	}
 	if serveErr == nil {
 		replayed.Store(true)
@@ -189,91 +204,26 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			logger.Warn("web shutdown", "err", err)
 		}
 	}
+	stopExpiry()
 	wg.Wait()
 	// Every acknowledged record is already fsynced; Close answers what is
 	// still queued and closes the file.
-	if err := journal.close(); err != nil {
+	if err := journal.Close(); err != nil {
 		logger.Warn("write-ahead log close", "err", err)
 	}
 	logger.Info("stopped")
 	return serveErr
 }
 
-// walJournal adapts the write-ahead log to locker.Journal. It is made
-// before the log is open, so the table can be built first and restored by
-// the replay; until open succeeds it refuses every record. Its methods are
-// safe on a nil *walJournal (no DATA_PATH).
-type walJournal struct {
-	log atomic.Pointer[walog.Log]
-}
-
-var errNotReplayed = errors.New("write-ahead log not open yet")
-
-// Acquire records a grant; the engine answers '+' only if it returns nil.
-func (j *walJournal) Acquire(key string, h locker.Holder, since time.Time) error {
-	l := j.log.Load()
-	if l == nil {
-		return errNotReplayed
-	}
-	return l.Acquire(key, walog.Holder{Source: h.Source, Remote: h.Remote, Since: since})
-}
-
-// Release records a release before it takes effect.
-func (j *walJournal) Release(key string) error {
-	l := j.log.Load()
-	if l == nil {
-		return errNotReplayed
-	}
-	return l.Release(key)
-}
-
-// open opens and replays the log at path into table, which must be empty
-// and not yet served.
-func (j *walJournal) open(path string, table *locker.Table, m *web.Metrics, logger *slog.Logger) error {
-	start := time.Now()
-	l, err := walog.Open(path, walog.Options{OnFsync: m.ObserveFsync, Logger: logger},
-		func(key string, h walog.Holder) error {
-			return table.Restore(key, locker.Holder{Source: h.Source, Remote: h.Remote}, h.Since)
-		})
-	if err != nil {
-		return err
-	}
-	j.log.Store(l)
-	logger.Info("write-ahead log replayed", "file", path, "held_keys", table.Stats().Held,
-		"bytes", l.Stats().SizeBytes, "took", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// current is the open log, or nil without DATA_PATH or before the replay.
-func (j *walJournal) current() *walog.Log {
-	if j == nil {
-		return nil
-	}
-	return j.log.Load()
-}
-
-func (j *walJournal) healthy() bool {
-	if j == nil {
-		return true // in memory: nothing to fail
-	}
-	l := j.current()
-	return l != nil && l.Err() == nil
-}
-
-func (j *walJournal) stats() web.LogStats {
-	l := j.current()
+// logStats reads the log's counters for the web layer (zero before the
+// log is open, and without DATA_PATH).
+func logStats(j *walog.Journal) web.LogStats {
+	l := j.Log()
 	if l == nil {
 		return web.LogStats{}
 	}
 	st := l.Stats()
 	return web.LogStats{SizeBytes: st.SizeBytes, Compactions: st.Compactions, Errors: st.Errors}
-}
-
-func (j *walJournal) close() error {
-	if l := j.current(); l != nil {
-		return l.Close()
-	}
-	return nil
 }
 
 // healthcheck GETs /readyz on the web port named by the environment and
@@ -322,6 +272,8 @@ type config struct {
 	MaxConnections int
 	RequestTimeout time.Duration
 	WebPassword    string
+	SessionTTL     time.Duration
+	AuthToken      string
 }
 
 // configFromEnv reads the configuration; every error names its variable.
@@ -334,6 +286,11 @@ func configFromEnv(getenv func(string) string) (config, error) {
 		RequestTimeout: 10 * time.Second,
 		DataPath:       getenv("DATA_PATH"),
 		WebPassword:    getenv("WEB_PASSWORD"),
+		SessionTTL:     10 * time.Second,
+		AuthToken:      getenv("AUTH_TOKEN"),
+	}
+	if n := len(c.AuthToken); getenv("AUTH_TOKEN") != "" && n > 127 {
+		return c, fmt.Errorf("AUTH_TOKEN: %d bytes, want 1 to 127", n)
 	}
 	var err error
 	if v := getenv("BIND_ADDRESS"); v != "" {
@@ -357,6 +314,12 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	}
 	if c.RequestTimeout, err = envDuration(getenv, "REQUEST_TIMEOUT", c.RequestTimeout); err != nil {
 		return c, err
+	}
+	if c.SessionTTL, err = envDuration(getenv, "SESSION_TTL", c.SessionTTL); err != nil {
+		return c, err
+	}
+	if c.SessionTTL < time.Second || c.SessionTTL > 10*time.Minute {
+		return c, fmt.Errorf("SESSION_TTL=%q: want a duration from 1s to 10m", getenv("SESSION_TTL"))
 	}
 	if v := getenv("MAX_CONNECTIONS"); v != "" {
 		n, perr := strconv.Atoi(v)

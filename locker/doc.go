@@ -1,25 +1,34 @@
 // Package locker is the lock engine of Locking-Center: it decides who holds
-// which key and who waits for it, and nothing else (no sockets, files or HTML).
+// which key, who waits for it, which session owns what, and which fencing
+// token each grant carries — and nothing else (no sockets, files or HTML).
 //
-// Each key is a buffered channel of capacity one. Sending into it acquires
-// the key; receiving from it releases the key. Goroutines blocked sending are
-// the key's wait queue, and the Go runtime serves them first in, first out:
-// a release hands the slot straight to the oldest live sender, so a TryLock
-// arriving at the same moment can never steal a handover.
+// Every key with a holder or a waiter has an entry: its holder (a grant:
+// token, owner, since) and its wait queue, a first-in-first-out list, both
+// under the entry's mutex. A release hands the key to the head of the queue
+// in the same critical section, so nothing can overtake a waiter: there is
+// no moment at which a queued key looks free.
 //
-// A goroutine parked on a send cannot be reached by anyone, so beside each
-// channel the engine keeps a cancellation registry: every waiter registers
-// under its request id with a channel of its own that ResetBySource closes,
-// and every waiter also watches the key's reset channel (closed by ResetByKey)
-// and its context (cancelled when the client hangs up).
+// A change of the table is planned, recorded, then applied: the entries it
+// touches are locked (several at once in key order, so two multi-key
+// changes never deadlock), the journal is handed one batch of changes — the
+// releases and the grants to the next waiters together — and only once the
+// journal has made it durable is the table changed and anyone told. A
+// refused batch changes nothing. That makes the table a function of its
+// journal, the shape a replicated state machine needs.
 //
 // Guarantees:
-//   - A key is held by at most one holder at a time.
-//   - Waiters are granted in the order they joined the queue.
-//   - A waiter that is reset, cancelled or whose context ends never ends up
-//     holding the key; a grant that races with such an exit is handed on.
-//   - The Journal is told of an acquire before Lock or TryLock returns
-//     success, and of a release before the release takes effect; if it
-//     refuses, the grant is undone or the release does not happen.
+//   - A key is held by at most one grant at a time.
+//   - Waiters are granted in the order they joined the queue, v1 and
+//     session alike; a withdrawn waiter (cancelled, reset, its session gone)
+//     is out of the queue at once and is never granted.
+//   - Every grant has a fencing token greater than every token the table
+//     gave before (Options.TokenFloor carries the high-water mark across
+//     restarts).
+//   - Whatever releases "a grant" releases that grant only (Release, a
+//     session's Unlock and end): never whoever holds the key by then.
+//   - The Journal is told of a grant before anyone learns of it, and of a
+//     release before it takes effect; if it refuses, nothing changes.
+//   - A session's holds are released when it ends: Close, expiry past its
+//     TTL, or EndSession.
 //   - State for a key is dropped as soon as the key is free and nobody waits.
 package locker

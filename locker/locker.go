@@ -1,12 +1,12 @@
 package locker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,14 +17,23 @@ import (
 var (
 	// ErrLocked is returned by TryLock when the key is held by anyone.
 	ErrLocked = errors.New("key is held")
-	// ErrNotHeld is returned by Unlock when the key is not held.
+	// ErrNotHeld is returned by Unlock and Release when the key is not held
+	// (by that grant, for Release).
 	ErrNotHeld = errors.New("key is not held")
-	// ErrReset is returned by Lock when ResetByKey dropped the key while the
-	// caller was waiting for it.
+	// ErrReset is given to a waiter that ResetByKey withdrew.
 	ErrReset = errors.New("key was reset while waiting")
-	// ErrSourceReset is returned by Lock when ResetBySource withdrew the
-	// caller's source while it was waiting.
+	// ErrSourceReset is given to a waiter that ResetBySource withdrew.
 	ErrSourceReset = errors.New("source was reset while waiting")
+	// ErrCanceled is given to a waiter withdrawn by Pending.Cancel.
+	ErrCanceled = errors.New("lock canceled while waiting")
+	// ErrSessionEnded is returned for a request of a session that has
+	// ended (closed, expired or ended by an operator), and given to its
+	// waiters when it ends.
+	ErrSessionEnded = errors.New("session ended")
+	// ErrDetached is returned for a request made through a Link that is no
+	// longer the session's connection, and given to the waiters it had
+	// when it was detached.
+	ErrDetached = errors.New("session connection detached")
 	// ErrEmptyKey is returned for an empty key: it names nothing.
 	ErrEmptyKey = errors.New("empty key")
 	// ErrJournal wraps every refusal of the Journal, so that callers can tell
@@ -38,27 +47,50 @@ type Holder struct {
 	Source string
 	// Remote is the requester's network address.
 	Remote string
+	// Session is the session that owns the request; 0 for v1.
+	Session SessionID
 }
 
-// Journal makes the lock table durable. The engine calls Acquire after a key
-// is won and before the winner is told, and Release before a release takes
-// effect. Both must return only once the record is durable; an error undoes
-// the grant or cancels the release. Calls for one key never overlap, and
-// reach the journal in the order they take effect.
+// Change is one entry of a journal batch: a grant of Key under Token to
+// Holder, or the release of the grant Token of Key.
+type Change struct {
+	Key   string
+	Token uint64
+	// Grant is true for a grant, false for a release.
+	Grant bool
+	// For a grant: who holds it, since when, and the TTL of its session
+	// (0 for a v1 hold).
+	Holder Holder
+	Since  time.Time
+	TTL    time.Duration
+}
+
+// Journal makes the lock table durable. The engine hands it every change
+// before the change takes effect, as one batch per operation (a handover's
+// release and grant, or a session end's releases, are one batch), and it
+// must return only once the batch is durable; an error means the batch did
+// not take effect. Batches touching one key never overlap and reach the
+// journal in the order they take effect. The slice is not retained.
 type Journal interface {
-	Acquire(key string, h Holder, since time.Time) error
-	Release(key string) error
+	Commit(batch []Change) error
 }
 
 type noJournal struct{}
 
-func (noJournal) Acquire(string, Holder, time.Time) error { return nil }
-func (noJournal) Release(string) error                    { return nil }
+func (noJournal) Commit([]Change) error { return nil }
 
 // Options configures a Table. The zero value is an in-memory table.
 type Options struct {
-	// Journal records acquires and releases; nil keeps the table in memory.
+	// Journal records changes; nil keeps the table in memory.
 	Journal Journal
+	// TokenFloor is the highest fencing token handed out before (by an
+	// earlier run, from its journal). The first token is the larger of
+	// TokenFloor+1 and the current time in Unix microseconds, so tokens
+	// also grow across restarts without a journal.
+	TokenFloor uint64
+	// MaxSessions bounds the sessions (connected or not); 0 means 10000.
+	// Opening one more is refused with ErrTooManySessions.
+	MaxSessions int
 	// OnGrant, if set, is called for every grant that takes effect with the
 	// time the holder waited for it. It must be fast and must not call the
 	// Table.
@@ -66,6 +98,8 @@ type Options struct {
 	// OnRelease, if set, is called for every release with the time the key
 	// was held. Same rules as OnGrant.
 	OnRelease func(held time.Duration)
+	// Now replaces time.Now in tests.
+	Now func() time.Time
 }
 
 // shardCount spreads the key map over several mutexes so that lockers of
@@ -77,11 +111,15 @@ type Table struct {
 	shards    [shardCount]shard
 	seed      maphash.Seed
 	journal   Journal
+	durable   bool
 	onGrant   func(time.Duration)
 	onRelease func(time.Duration)
-	nextID    atomic.Uint64
+	now       func() time.Time
+	lastToken atomic.Uint64 // the last fencing token handed out
 	held      atomic.Int64
 	waiting   atomic.Int64
+
+	sessions sessionTable
 }
 
 type shard struct {
@@ -92,37 +130,38 @@ type shard struct {
 	peak int // largest len(keys) since the map was last rebuilt
 }
 
-// entry is one key: its slot, its holder and its cancellation registry.
+// entry is one key: its grant and its queue.
 type entry struct {
-	key string
-	// slot is the lock: a full buffer means held. Goroutines blocked
-	// sending into it are the queue; the runtime serves them in order.
-	slot chan *request
-	refs int // guarded by the shard's mu
+	key  string
+	refs int // guarded by the shard's mu; the holder and each waiter own one
 
-	// mu guards the fields below and is held across journal calls, so a
-	// key's acquire and release records reach the journal in the order
-	// they take effect. It is also held around every receive from slot:
-	// only holders of mu release the key.
-	mu sync.Mutex
-	// holder is the acknowledged holder; nil while the key is free or while
-	// the runtime has handed it to a waiter that has not yet noticed.
-	holder *request
-	// reset is closed by ResetByKey to free every registered waiter; it is
-	// made when the first waiter registers.
-	reset   chan struct{}
-	waiters map[uint64]*request // the cancellation registry
+	// mu guards everything below and is held across journal calls, so a
+	// key's changes reach the journal in the order they take effect.
+	mu         sync.Mutex
+	hold       *grant  // nil while the key is free
+	head, tail *waiter // the queue, oldest first
+	queued     int
 }
 
-// request is one Lock or TryLock call.
-type request struct {
-	id uint64
-	Holder
-	since  time.Time     // arrival while waiting, grant time once held; guarded by entry.mu
-	cancel chan struct{} // closed by ResetBySource; nil for requests that never waited
-	// revoked, guarded by entry.mu, means another caller released the grant
-	// before this request acknowledged it.
-	revoked bool
+// grant is one hold of a key.
+type grant struct {
+	token uint64
+	h     Holder
+	since time.Time
+	sess  *session // nil for v1
+}
+
+// waiter is one queued Lock.
+type waiter struct {
+	e          *entry
+	h          Holder
+	since      time.Time
+	sess       *session // nil for v1
+	link       *Link    // the session connection that asked; nil for v1
+	done       func(token uint64, err error)
+	tbl        *Table
+	prev, next *waiter
+	queued     bool // in e's queue; guarded by e.mu
 }
 
 // New returns an empty lock table.
@@ -130,8 +169,10 @@ func New(opts Options) *Table {
 	t := &Table{
 		seed:      maphash.MakeSeed(),
 		journal:   opts.Journal,
+		durable:   opts.Journal != nil,
 		onGrant:   opts.OnGrant,
 		onRelease: opts.OnRelease,
+		now:       opts.Now,
 	}
 	if t.journal == nil {
 		t.journal = noJournal{}
@@ -142,11 +183,39 @@ func New(opts Options) *Table {
 	if t.onRelease == nil {
 		t.onRelease = func(time.Duration) {}
 	}
+	if t.now == nil {
+		t.now = time.Now
+	}
 	for i := range t.shards {
 		t.shards[i].keys = make(map[string]*entry)
 	}
+	t.lastToken.Store(max(opts.TokenFloor, uint64(t.now().UnixMicro())-1))
+	t.sessions.init(opts.MaxSessions)
 	return t
 }
+
+// Durable reports whether the table has a journal: its changes then wait
+// for the disk, and callers that must not block should call it from a
+// goroutine of their own.
+func (t *Table) Durable() bool { return t.durable }
+
+// LastToken returns the highest fencing token handed out so far.
+func (t *Table) LastToken() uint64 { return t.lastToken.Load() }
+
+// RaiseTokens makes every later token greater than floor: the highest
+// token an earlier run handed out, from its journal.
+func (t *Table) RaiseTokens(floor uint64) {
+	for {
+		last := t.lastToken.Load()
+		if floor <= last || t.lastToken.CompareAndSwap(last, floor) {
+			return
+		}
+	}
+}
+
+// nextToken returns a fresh fencing token. Tokens of refused batches are
+// simply never used: nobody learnt them.
+func (t *Table) nextToken() uint64 { return t.lastToken.Add(1) }
 
 func (t *Table) shardOf(key string) *shard {
 	return &t.shards[maphash.String(t.seed, key)%shardCount]
@@ -158,7 +227,7 @@ func (t *Table) ref(key string) *entry {
 	s.mu.Lock()
 	e := s.keys[key]
 	if e == nil {
-		e = &entry{key: key, slot: make(chan *request, 1)}
+		e = &entry{key: key}
 		s.keys[key] = e
 		s.peak = max(s.peak, len(s.keys))
 	}
@@ -179,19 +248,22 @@ func (t *Table) lookup(key string) *entry {
 	return e
 }
 
-// unref drops a reference and forgets the key when it was the last one.
+// unref drops n references and forgets the key when they were the last.
 // It must not be called with e.mu held.
-func (t *Table) unref(e *entry) {
+func (t *Table) unref(e *entry, n int) {
+	if n == 0 {
+		return
+	}
 	s := t.shardOf(e.key)
 	s.mu.Lock()
-	s.drop(e)
+	s.drop(e, n)
 	s.mu.Unlock()
 }
 
-// drop drops a reference on e, an entry of s, and forgets it when it was
-// the last one. s.mu must be held.
-func (s *shard) drop(e *entry) {
-	e.refs--
+// drop drops n references on e, an entry of s, and forgets it when they
+// were the last. s.mu must be held.
+func (s *shard) drop(e *entry, n int) {
+	e.refs -= n
 	if e.refs > 0 {
 		return
 	}
@@ -209,186 +281,313 @@ func (s *shard) drop(e *entry) {
 	}
 }
 
-// Lock waits for key in FIFO order and returns nil once the caller holds it.
-// It returns ErrReset or ErrSourceReset when a reset withdrew the caller,
-// the context's cause when ctx ended first (the caller is then out of the
-// queue), and an error wrapping ErrJournal when the grant could not be made
-// durable.
-func (t *Table) Lock(ctx context.Context, key string, h Holder) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	e := t.ref(key)
-	r := &request{id: t.nextID.Add(1), Holder: h, since: time.Now()}
-	arrived := r.since
+// Pending is a queued Lock. Its Cancel withdraws it.
+type Pending struct{ w *waiter }
 
-	e.mu.Lock()
-	if e.take(r) {
-		return t.acknowledge(ctx, e, r, nil, arrived)
-	}
-	r.cancel = make(chan struct{})
-	if e.reset == nil {
-		e.reset = make(chan struct{})
-	}
-	reset := e.reset
-	if e.waiters == nil {
-		e.waiters = make(map[uint64]*request)
-	}
-	e.waiters[r.id] = r
-	t.waiting.Add(1)
-	e.mu.Unlock()
-
-	// From here to the select's park is the only stretch in which the
-	// registry shows a waiter that the channel does not queue yet; take
-	// keeps newcomers out meanwhile.
-	var err error
-	select {
-	case e.slot <- r:
-		e.mu.Lock()
-		return t.acknowledge(ctx, e, r, reset, arrived)
-	case <-reset:
-		err = ErrReset
-	case <-r.cancel:
-		err = ErrSourceReset
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	}
-	e.mu.Lock()
-	t.dropWaiter(e, r)
-	e.mu.Unlock()
-	t.unref(e)
-	return err
-}
-
-// dropWaiter takes r out of the registry, unless a reset already did.
-// e.mu must be held.
-func (t *Table) dropWaiter(e *entry, r *request) {
-	if e.waiters[r.id] == r {
-		delete(e.waiters, r.id)
-		t.waiting.Add(-1)
-	}
-}
-
-// take fills the slot with r if the key is free and nobody is registered to
-// wait for it: a waiter that has registered but not yet parked on the
-// channel is ahead of any newcomer, so a free slot is its, not the
-// newcomer's. e.mu must be held.
-func (e *entry) take(r *request) bool {
-	if len(e.waiters) > 0 {
+// Cancel withdraws the waiter and reports true, after giving its done
+// ErrCanceled; it reports false when the lock was already decided (granted,
+// refused or withdrawn): its done has then been called or is being called.
+func (p *Pending) Cancel() bool {
+	if p == nil || p.w == nil {
 		return false
 	}
-	select {
-	case e.slot <- r:
-		return true
-	default:
-		return false
-	}
-}
-
-// acknowledge turns a won slot into a held key, or hands it on when the
-// request was withdrawn in the same instant or the journal refuses. It is
-// called with e.mu held and releases it.
-func (t *Table) acknowledge(ctx context.Context, e *entry, r *request, reset chan struct{}, arrived time.Time) error {
-	t.dropWaiter(e, r)
-	err := withdrawn(ctx, r, reset)
-	if r.revoked {
-		// An Unlock or reset released this grant before we saw it: it is
-		// already gone, and counts as granted and released at once.
-		e.mu.Unlock()
-		t.unref(e)
-		return err
-	}
-	now := time.Now()
-	if err == nil {
-		if jerr := t.journal.Acquire(e.key, r.Holder, now); jerr != nil {
-			err = fmt.Errorf("%w: acquire %q: %w", ErrJournal, e.key, jerr)
-		}
-	}
-	if err != nil {
-		<-e.slot // r itself; the next live waiter is handed the key
-		e.mu.Unlock()
-		t.unref(e)
-		return err
-	}
-	r.since = now
-	e.holder = r
-	e.mu.Unlock()
-	t.held.Add(1)
-	t.onGrant(now.Sub(arrived))
-	return nil
-}
-
-// withdrawn reports why a request that won its slot must not keep it.
-func withdrawn(ctx context.Context, r *request, reset chan struct{}) error {
-	select {
-	case <-reset:
-		return ErrReset
-	case <-r.cancel:
-		return ErrSourceReset
-	default:
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return nil
-}
-
-// TryLock takes key if it is free at this instant and returns ErrLocked
-// otherwise. It never waits, and never takes a key being handed to a
-// waiter or one that a waiter has asked for.
-func (t *Table) TryLock(key string, h Holder) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	e := t.ref(key)
-	r := &request{id: t.nextID.Add(1), Holder: h, since: time.Now()}
+	w := p.w
+	e := w.e
 	e.mu.Lock()
-	if !e.take(r) {
+	if !w.queued {
 		e.mu.Unlock()
-		t.unref(e)
-		return ErrLocked
-	}
-	return t.acknowledge(context.Background(), e, r, nil, r.since)
-}
-
-// release empties the slot of a held key and says whether the caller must
-// drop the holder's reference. e.mu must be held and the slot full.
-func (t *Table) release(e *entry) (dropRef bool) {
-	r := <-e.slot // hands the slot to the oldest live waiter, if any
-	if r != e.holder {
-		r.revoked = true // its own acknowledge drops its reference
 		return false
 	}
-	e.holder = nil
-	t.held.Add(-1)
-	t.onRelease(time.Since(r.since))
+	t := w.tbl
+	t.dequeue(w)
+	w.done(0, ErrCanceled)
+	e.mu.Unlock()
+	t.unref(e, 1)
 	return true
 }
 
-// Unlock releases key, whoever holds it; the oldest live waiter is granted
-// at once. It returns ErrNotHeld when the key is free and an error wrapping
-// ErrJournal, with the key still held, when the release cannot be recorded.
-func (t *Table) Unlock(key string) error {
+// Lock waits for key in FIFO order and returns the grant's token once the
+// caller holds it. It returns ErrReset or ErrSourceReset when a reset
+// withdrew the caller, the context's cause when ctx ended first (the caller
+// is then out of the queue, and a grant that crossed the cancellation is
+// released again), and an error wrapping ErrJournal when the grant could not
+// be made durable.
+func (t *Table) Lock(ctx context.Context, key string, h Holder) (uint64, error) {
+	type result struct {
+		token uint64
+		err   error
+	}
+	res := make(chan result, 1)
+	p, err := t.lock(key, h, nil, nil, func(token uint64, err error) { res <- result{token, err} })
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-res:
+		return r.token, r.err
+	case <-ctx.Done():
+	}
+	if p.Cancel() {
+		<-res
+		return 0, context.Cause(ctx)
+	}
+	r := <-res
+	if r.err == nil {
+		// Granted as ctx ended: the caller will not use it, so hand it on.
+		_ = t.Release(key, r.token)
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	return 0, context.Cause(ctx)
+}
+
+// LockFunc queues a Lock of key and calls done exactly once with the
+// outcome: the grant's token, or why there is none. done may run before
+// LockFunc returns (the key was free) or later, from whichever goroutine
+// grants or withdraws it, always with the key's mutex held: it must be fast
+// and must not call the Table. The returned Pending withdraws the waiter.
+func (t *Table) LockFunc(key string, h Holder, done func(token uint64, err error)) (*Pending, error) {
+	return t.lock(key, h, nil, nil, done)
+}
+
+// lock is Lock for v1 callers and sessions alike.
+func (t *Table) lock(key string, h Holder, s *session, l *Link, done func(uint64, error)) (*Pending, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
+	e := t.ref(key)
+	w := &waiter{e: e, h: h, since: t.now(), sess: s, link: l, done: done, tbl: t}
+	e.mu.Lock()
+	if e.hold == nil {
+		// Free, so nobody queues (a queue exists only behind a holder).
+		g, err := t.grantFree(e, h, s, l, w.since)
+		e.mu.Unlock()
+		if err != nil {
+			t.unref(e, 1)
+			return nil, err
+		}
+		done(g.token, nil)
+		return &Pending{}, nil
+	}
+	if s != nil && !s.addWaiter(w, l) {
+		e.mu.Unlock()
+		t.unref(e, 1)
+		return nil, s.refusal(l)
+	}
+	t.enqueue(w)
+	e.mu.Unlock()
+	return &Pending{w: w}, nil
+}
+
+// grantFree grants the free key of e to h. e.mu must be held; on success
+// the caller's reference becomes the holder's.
+func (t *Table) grantFree(e *entry, h Holder, s *session, l *Link, arrived time.Time) (*grant, error) {
+	if s != nil && !s.begin(l) {
+		return nil, s.refusal(l)
+	}
+	g := &grant{token: t.nextToken(), h: h, since: t.now(), sess: s}
+	err := t.journal.Commit([]Change{grantChange(e.key, g)})
+	if s != nil {
+		s.finish(e.key, g.token, err == nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: acquire %q: %w", ErrJournal, e.key, err)
+	}
+	t.hold(e, g, arrived)
+	return g, nil
+}
+
+func grantChange(key string, g *grant) Change {
+	c := Change{Key: key, Token: g.token, Grant: true, Holder: g.h, Since: g.since}
+	if g.sess != nil {
+		c.TTL = g.sess.ttl
+	}
+	return c
+}
+
+// hold makes g the holder of e. e.mu must be held.
+func (t *Table) hold(e *entry, g *grant, arrived time.Time) {
+	e.hold = g
+	t.held.Add(1)
+	t.onGrant(g.since.Sub(arrived))
+}
+
+func (t *Table) enqueue(w *waiter) {
+	e := w.e
+	w.queued = true
+	w.prev = e.tail
+	if e.tail != nil {
+		e.tail.next = w
+	} else {
+		e.head = w
+	}
+	e.tail = w
+	e.queued++
+	t.waiting.Add(1)
+}
+
+// dequeue takes w out of its queue (and its session's waiters). e.mu must
+// be held; the caller drops w's reference once it unlocks.
+func (t *Table) dequeue(w *waiter) {
+	e := w.e
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		e.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		e.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	w.queued = false
+	e.queued--
+	t.waiting.Add(-1)
+	if w.sess != nil {
+		w.sess.dropWaiter(w)
+	}
+}
+
+// TryLock takes key if it is free at this instant and returns its token,
+// or ErrLocked. It never waits.
+func (t *Table) TryLock(key string, h Holder) (uint64, error) {
+	return t.tryLock(key, h, nil, nil)
+}
+
+func (t *Table) tryLock(key string, h Holder, s *session, l *Link) (uint64, error) {
+	if key == "" {
+		return 0, ErrEmptyKey
+	}
+	e := t.ref(key)
+	e.mu.Lock()
+	if e.hold != nil {
+		e.mu.Unlock()
+		t.unref(e, 1)
+		return 0, ErrLocked
+	}
+	now := t.now()
+	g, err := t.grantFree(e, h, s, l, now)
+	e.mu.Unlock()
+	if err != nil {
+		t.unref(e, 1)
+		return 0, err
+	}
+	return g.token, nil
+}
+
+// handover is a planned release of e's grant: next, if any, is the waiter
+// that gets the key under a new grant.
+type handover struct {
+	e    *entry
+	old  *grant
+	next *waiter
+	g    *grant
+}
+
+// planRelease plans the release of e's grant and the grant to the first
+// waiter that can still take it, appending both changes to batch. Waiters
+// of sessions that have ended are refused on the way. e.mu must be held and
+// the key held.
+func (t *Table) planRelease(e *entry, batch []Change) (handover, []Change, int) {
+	hv := handover{e: e, old: e.hold}
+	batch = append(batch, Change{Key: e.key, Token: e.hold.token})
+	refused := 0
+	for w := e.head; w != nil; w = e.head {
+		if w.sess != nil && !w.sess.begin(w.link) {
+			// Its session ended or moved to another connection while
+			// this release was on its way: it never gets the key.
+			t.dequeue(w)
+			w.done(0, w.sess.refusal(w.link))
+			refused++
+			continue
+		}
+		hv.next = w
+		hv.g = &grant{token: t.nextToken(), h: w.h, sess: w.sess}
+		hv.g.since = t.now()
+		batch = append(batch, grantChange(e.key, hv.g))
+		break
+	}
+	return hv, batch, refused
+}
+
+// apply carries out a recorded handover. e.mu must be held. It returns the
+// references to drop once the mutex is released.
+func (t *Table) apply(hv handover) int {
+	e := hv.e
+	old := hv.old
+	e.hold = nil
+	if old.sess != nil {
+		old.sess.dropHold(e.key, old.token)
+	}
+	t.held.Add(-1)
+	t.onRelease(t.now().Sub(old.since))
+	if hv.next == nil {
+		return 1 // the old holder's reference
+	}
+	w := hv.next
+	t.dequeue(w)
+	if w.sess != nil {
+		w.sess.finish(e.key, hv.g.token, true)
+	}
+	t.hold(e, hv.g, w.since)
+	w.done(hv.g.token, nil)
+	return 1 // the waiter's reference is now the new holder's
+}
+
+// abandon undoes the plan of a handover whose batch was refused.
+func (hv handover) abandon() {
+	if hv.next != nil && hv.next.sess != nil {
+		hv.next.sess.finish(hv.e.key, 0, false)
+	}
+}
+
+// releaseOne releases e's grant if match accepts it. e is referenced by the
+// caller.
+func (t *Table) releaseOne(e *entry, what string, match func(*grant) bool) (uint64, error) {
+	e.mu.Lock()
+	if e.hold == nil || !match(e.hold) {
+		e.mu.Unlock()
+		return 0, ErrNotHeld
+	}
+	hv, batch, refused := t.planRelease(e, nil)
+	if err := t.journal.Commit(batch); err != nil {
+		hv.abandon()
+		e.mu.Unlock()
+		t.unref(e, refused)
+		return 0, fmt.Errorf("%w: %s %q: %w", ErrJournal, what, e.key, err)
+	}
+	drop := t.apply(hv) + refused
+	e.mu.Unlock()
+	t.unref(e, drop)
+	return hv.old.token, nil
+}
+
+// Unlock releases key, whoever holds it (v1 has no owners); the oldest live
+// waiter is granted at once. It returns the released grant's token,
+// ErrNotHeld when the key is free, or an error wrapping ErrJournal, with the
+// key still held, when the release cannot be recorded.
+func (t *Table) Unlock(key string) (uint64, error) {
+	e := t.lookup(key)
+	if e == nil {
+		return 0, ErrNotHeld
+	}
+	defer t.unref(e, 1)
+	return t.releaseOne(e, "release", func(*grant) bool { return true })
+}
+
+// Release releases the grant token of key, and only that grant: when the
+// key is free or held under another token it returns ErrNotHeld and
+// changes nothing. It is how a grant that was never delivered is handed on.
+func (t *Table) Release(key string, token uint64) error {
 	e := t.lookup(key)
 	if e == nil {
 		return ErrNotHeld
 	}
-	defer t.unref(e)
-	e.mu.Lock()
-	if len(e.slot) == 0 {
-		e.mu.Unlock()
-		return ErrNotHeld
-	}
-	if err := t.journal.Release(key); err != nil {
-		e.mu.Unlock()
-		return fmt.Errorf("%w: release %q: %w", ErrJournal, key, err)
-	}
-	drop := t.release(e)
-	e.mu.Unlock()
-	if drop {
-		t.unref(e)
-	}
-	return nil
+	defer t.unref(e, 1)
+	_, err := t.releaseOne(e, "release", func(g *grant) bool { return g.token == token })
+	return err
 }
 
 // ResetResult says what a reset did.
@@ -409,78 +608,123 @@ func (t *Table) ResetByKey(key string) (ResetResult, error) {
 	if e == nil {
 		return res, nil
 	}
-	defer t.unref(e)
+	drop := 1
+	defer func() { t.unref(e, drop) }()
 	e.mu.Lock()
-	held := len(e.slot) == 1
-	if held {
-		if err := t.journal.Release(key); err != nil {
-			e.mu.Unlock()
-			return res, fmt.Errorf("%w: reset %q: %w", ErrJournal, key, err)
-		}
+	defer e.mu.Unlock()
+	if e.hold == nil {
+		return res, nil
 	}
-	// Close before the release: closing completes the select of every
-	// parked waiter, so the runtime skips them all when the slot frees.
-	if e.reset != nil {
-		close(e.reset)
-		e.reset = nil
-		// Every registered waiter is leaving with ErrReset: out of the
-		// registry now, so the key is free for newcomers at once.
-		res.Refused = len(e.waiters)
-		t.waiting.Add(-int64(len(e.waiters)))
-		clear(e.waiters)
+	if err := t.journal.Commit([]Change{{Key: key, Token: e.hold.token}}); err != nil {
+		return res, fmt.Errorf("%w: reset %q: %w", ErrJournal, key, err)
 	}
-	drop := false
-	if held {
-		drop = t.release(e)
-		res.Released = 1
+	for w := e.head; w != nil; w = e.head {
+		t.dequeue(w)
+		w.done(0, ErrReset)
+		res.Refused++
 	}
-	e.mu.Unlock()
-	if drop {
-		t.unref(e)
-	}
+	drop += res.Refused
+	drop += t.apply(handover{e: e, old: e.hold})
+	res.Released = 1
 	return res, nil
 }
 
 // ResetBySource first withdraws every waiter of source, on any key, with
 // ErrSourceReset, then releases every key that source holds; each passes to
-// its next live waiter as on Unlock. A key whose release cannot be recorded
-// stays held; the first such error is returned after the others are done.
+// its next live waiter as on Unlock. The releases are one journal batch: if
+// it is refused, every key stays held and the error wraps ErrJournal.
 func (t *Table) ResetBySource(source string) (ResetResult, error) {
 	var res ResetResult
+	var keys []string
 	t.eachEntry(func(e *entry) {
 		e.mu.Lock()
-		for _, r := range e.waiters {
-			if r.Source == source {
-				close(r.cancel)
-				t.dropWaiter(e, r) // deleting during range is allowed
-				res.Refused++
+		mine := e.hold != nil && e.hold.h.Source == source
+		for w := e.head; w != nil && !mine; w = w.next {
+			mine = w.h.Source == source
+		}
+		e.mu.Unlock()
+		if mine {
+			keys = append(keys, e.key)
+		}
+	})
+	err := t.releaseMany(keys, func(e *entry) (bool, int) {
+		refused := 0
+		for w := e.head; w != nil; {
+			next := w.next
+			if w.h.Source == source {
+				t.dequeue(w)
+				w.done(0, ErrSourceReset)
+				refused++
 			}
+			w = next
 		}
-		e.mu.Unlock()
-	})
-	var errs []error
-	t.eachEntry(func(e *entry) {
-		e.mu.Lock()
-		if e.holder == nil || e.holder.Source != source {
-			e.mu.Unlock()
-			return
-		}
-		if err := t.journal.Release(e.key); err != nil {
-			e.mu.Unlock()
-			errs = append(errs, fmt.Errorf("%w: reset source %q, key %q: %w", ErrJournal, source, e.key, err))
-			return
-		}
-		drop := t.release(e)
-		e.mu.Unlock()
-		res.Released++
-		if drop {
-			t.unref(e)
-		}
-	})
-	if len(errs) > 0 {
-		return res, errs[0]
+		res.Refused += refused
+		return e.hold != nil && e.hold.h.Source == source, refused
+	}, &res)
+	if err != nil {
+		return res, fmt.Errorf("%w: reset source %q: %w", ErrJournal, source, err)
 	}
 	return res, nil
+}
+
+// releaseMany locks the entries of keys in key order, asks pick whether to
+// release each one's grant (pick may refuse waiters first, and says how
+// many references that freed), records every release and handover as one
+// batch, and applies them. res.Released counts the releases. A refused
+// batch changes no grant; the waiters pick refused stay refused.
+func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, freed int), res *ResetResult) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	entries := make([]*entry, 0, len(keys))
+	for _, k := range keys {
+		if e := t.lookup(k); e != nil {
+			entries = append(entries, e)
+		}
+	}
+	drops := make([]int, len(entries))
+	for i, e := range entries {
+		e.mu.Lock() // in key order: see the package comment
+		drops[i] = 1
+	}
+	var batch []Change
+	var plans []handover
+	var at []int
+	for i, e := range entries {
+		release, freed := pick(e)
+		drops[i] += freed
+		if !release {
+			continue
+		}
+		hv, b, refused := t.planRelease(e, batch)
+		batch = b
+		drops[i] += refused
+		plans = append(plans, hv)
+		at = append(at, i)
+	}
+	var err error
+	if len(batch) > 0 {
+		err = t.journal.Commit(batch)
+	}
+	if err == nil {
+		for j, hv := range plans {
+			drops[at[j]] += t.apply(hv)
+		}
+		res.Released += len(plans)
+	} else {
+		for _, hv := range plans {
+			hv.abandon()
+		}
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		entries[i].mu.Unlock()
+	}
+	for i, e := range entries {
+		t.unref(e, drops[i])
+	}
+	return err
 }
 
 // eachEntry calls fn for every entry, one shard at a time, holding a
@@ -503,32 +747,43 @@ func (t *Table) eachEntry(fn func(*entry)) {
 		// keys is on the dashboard's hot path.
 		s.mu.Lock()
 		for _, e := range batch {
-			s.drop(e)
+			s.drop(e, 1)
 		}
 		s.mu.Unlock()
 	}
 }
 
-// Restore marks key as held by h since the given time. It is meant for
-// rebuilding the table from a journal before serving, and does not call
-// the journal. It fails if the key is held.
-func (t *Table) Restore(key string, h Holder, since time.Time) error {
+// Restore marks key as held by h since the given time under token, for a
+// session of the given TTL when h.Session is not 0 (the session is created,
+// disconnected, if it does not exist yet). A token of 0 asks for a new one
+// (a log written before tokens existed). It is meant for rebuilding the
+// table from a journal before serving, does not call the journal, and
+// returns the grant's token. It fails if the key is held.
+func (t *Table) Restore(key string, h Holder, token uint64, since time.Time, ttl time.Duration) (uint64, error) {
 	if key == "" {
-		return ErrEmptyKey
+		return 0, ErrEmptyKey
+	}
+	if token == 0 {
+		token = t.nextToken()
+	}
+	t.RaiseTokens(token)
+	var s *session
+	if h.Session != 0 {
+		s = t.sessions.restore(t, h.Session, h.Source, h.Remote, ttl)
 	}
 	e := t.ref(key)
-	r := &request{id: t.nextID.Add(1), Holder: h, since: since}
-	select {
-	case e.slot <- r:
-	default:
-		t.unref(e)
-		return fmt.Errorf("restore %q: %w", key, ErrLocked)
-	}
 	e.mu.Lock()
-	e.holder = r
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.hold != nil {
+		t.unref(e, 1)
+		return 0, fmt.Errorf("restore %q: %w", key, ErrLocked)
+	}
+	e.hold = &grant{token: token, h: h, since: since, sess: s}
+	if s != nil {
+		s.addHold(key, token)
+	}
 	t.held.Add(1)
-	return nil
+	return token, nil
 }
 
 // Waiter is one queued request, as seen by Key.
@@ -541,9 +796,12 @@ type Waiter struct {
 // KeyInfo is a read-only view of one held key.
 type KeyInfo struct {
 	Key string
-	// Holder and Since describe the holder and when it was granted the key.
+	// Holder and Since describe the holder and when it was granted the key;
+	// Holder.Session is the owning session (0 for a v1 hold).
 	Holder Holder
 	Since  time.Time
+	// Token is the grant's fencing token.
+	Token uint64
 	// Waiters is the length of the queue; OldestWaiter is the arrival of its
 	// head (zero when nobody waits).
 	Waiters      int
@@ -556,11 +814,20 @@ type KeyInfo struct {
 type Stats struct {
 	Held    int // keys held
 	Waiting int // requests queued
+	// Sessions counts open sessions, connected or not.
+	Sessions int
+	// SessionExpirations counts sessions ended by their TTL since start.
+	SessionExpirations uint64
 }
 
 // Stats returns the table's totals without walking it.
 func (t *Table) Stats() Stats {
-	return Stats{Held: int(t.held.Load()), Waiting: int(t.waiting.Load())}
+	return Stats{
+		Held:               int(t.held.Load()),
+		Waiting:            int(t.waiting.Load()),
+		Sessions:           t.sessions.count(),
+		SessionExpirations: t.sessions.expired.Load(),
+	}
 }
 
 // Each calls fn with every held key, in no particular order, until fn
@@ -585,35 +852,37 @@ func (t *Table) Key(key string) (ki KeyInfo, ok bool) {
 	if e == nil {
 		return KeyInfo{}, false
 	}
-	defer t.unref(e)
+	defer t.unref(e, 1)
 	return e.info(true)
 }
 
 func (e *entry) info(withQueue bool) (KeyInfo, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.holder == nil {
+	if e.hold == nil {
 		return KeyInfo{}, false
 	}
-	ki := KeyInfo{Key: e.key, Holder: e.holder.Holder, Since: e.holder.since}
-	var queue []*request
-	for _, r := range e.waiters {
-		ki.Waiters++
-		if ki.OldestWaiter.IsZero() || r.since.Before(ki.OldestWaiter) {
-			ki.OldestWaiter = r.since
-		}
-		if withQueue {
-			queue = append(queue, r)
-		}
+	ki := KeyInfo{Key: e.key, Holder: e.hold.h, Since: e.hold.since, Token: e.hold.token, Waiters: e.queued}
+	if e.head != nil {
+		ki.OldestWaiter = e.head.since
 	}
 	if withQueue {
-		// Registration order is queue order: ids grow with arrival and each
-		// waiter parks right after it registers.
-		slices.SortFunc(queue, func(a, b *request) int { return cmp.Compare(a.id, b.id) })
-		ki.Queue = make([]Waiter, len(queue))
-		for i, r := range queue {
-			ki.Queue[i] = Waiter{Holder: r.Holder, Since: r.since}
+		ki.Queue = make([]Waiter, 0, e.queued)
+		for w := e.head; w != nil; w = w.next {
+			ki.Queue = append(ki.Queue, Waiter{Holder: w.h, Since: w.since})
 		}
 	}
 	return ki, true
+}
+
+// String names a holder in messages.
+func (h Holder) String() string {
+	var b strings.Builder
+	b.WriteString(h.Source)
+	if h.Session != 0 {
+		b.WriteString(" (session ")
+		b.WriteString(h.Session.String())
+		b.WriteString(")")
+	}
+	return b.String()
 }

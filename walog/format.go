@@ -18,13 +18,13 @@ import (
 //	| "LCWALOG\n"    | uint32   | of 0..12 |
 //	+----------------+----------+----------+
 //
-// Record (8-byte frame + payload):
+// Record, version 2 (12-byte frame + payload):
 //
-//	0          4        6        8
-//	+----------+--------+--------+----------------------------+
-//	| crc32c   | length | ^length| payload (length bytes)     |
-//	| of 4..end| uint16 | uint16 |                            |
-//	+----------+--------+--------+----------------------------+
+//	0          4          8          12
+//	+----------+----------+----------+----------------------------+
+//	| crc32c   | length   | ^length  | payload (length bytes)     |
+//	| of 4..end| uint32   | uint32   |                            |
+//	+----------+----------+----------+----------------------------+
 //
 // The checksum covers the length fields and the payload, so no byte of a
 // record is unchecked. The complemented copy of the length lets replay tell
@@ -33,27 +33,45 @@ import (
 // second refuses to start. Without it a flipped bit in a length near the end
 // could make whole acknowledged records look torn and be silently dropped.
 //
-// Payload, by its first byte, the record type (0 is never valid, so zeroed
-// space is recognisable):
+// A payload is one or more operations, each starting with its type byte (0
+// is never valid, so zeroed space is recognisable). A record is the unit of
+// atomicity: one engine batch (a handover's release and grant, a session
+// end's releases) is one record, so a crash keeps all of it or none.
+//
+//	grant   (3): | 3 | since: int64 Unix ns | token: uint64 | session: uint64 |
+//	             | ttl: uint32 ms | key | source | remote |
+//	release (4): | 4 | token: uint64 | key |          token 0: whatever grant of key
+//	mark    (5): | 5 | token: uint64 |                every token ever given is <= this
+//
+// where each string is | length: uint16 | bytes |. Session 0 is a v1 hold.
+//
+// Version 1 files (written before fencing tokens) have an 8-byte frame
+// (crc32c, uint16 length, uint16 ^length) and one operation per record:
 //
 //	acquire (1): | 1 | since: int64 Unix ns | key | source | remote |
 //	release (2): | 2 | key |
 //
-// where each string is | length: uint16 | bytes |.
-//
-// A new field (a fencing token, say) means a new version number: readers
-// refuse versions and record types they do not know rather than guess.
+// They are still read; their holds get new tokens, and the file is then
+// rewritten in version 2 before anything is appended. Readers refuse
+// versions and operation types they do not know rather than guess.
 const (
-	headerSize = 16
-	frameSize  = 8
-	version1   = 1
+	headerSize  = 16
+	frameSize   = 12 // version 2
+	frameSizeV1 = 8
+	version1    = 1
+	version2    = 2
 
 	// MaxFieldLen bounds a key, source or remote address. The protocol
 	// allows 127 bytes; the format leaves room.
 	MaxFieldLen = 1024
-	// maxPayload is the largest payload a valid record can have; longer
-	// declared lengths are corruption, checked before anything is read.
-	maxPayload = 1 + 8 + 3*(2+MaxFieldLen)
+	// maxPayload is the largest payload of a record; longer declared
+	// lengths are corruption, checked before anything is read. A batch
+	// larger than this is written as several records in one write.
+	maxPayload = 16 << 20
+	// maxPayloadV1 is the largest payload of a version 1 record.
+	maxPayloadV1 = 1 + 8 + 3*(2+MaxFieldLen)
+	// maxOp is the largest encoded operation.
+	maxOp = 1 + 8 + 8 + 8 + 4 + 3*(2+MaxFieldLen)
 )
 
 var magic = [8]byte{'L', 'C', 'W', 'A', 'L', 'O', 'G', '\n'}
@@ -61,10 +79,13 @@ var magic = [8]byte{'L', 'C', 'W', 'A', 'L', 'O', 'G', '\n'}
 // castagnoli is the one CRC32C table of the package.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Record types. Zero is invalid on purpose.
+// Operation types. Zero is invalid on purpose.
 const (
-	typeAcquire byte = 1
-	typeRelease byte = 2
+	typeAcquireV1 byte = 1
+	typeReleaseV1 byte = 2
+	typeGrant     byte = 3
+	typeRelease   byte = 4
+	typeMark      byte = 5
 )
 
 // ErrCorrupt is wrapped by every error that reports a log which cannot be
@@ -86,33 +107,41 @@ func (e *CorruptError) Error() string {
 // Unwrap returns ErrCorrupt.
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 
-// Holder is what the log keeps of an acquire: who took the key and when.
+// Holder is what the log keeps of a grant: its token, who took the key and
+// when, and for a session hold the session and its TTL.
 type Holder struct {
 	Source string
 	Remote string
 	Since  time.Time
+	// Token is the grant's fencing token; 0 in a version 1 log, until the
+	// restore callback sets the token the table gave it.
+	Token uint64
+	// Session is the owning session (0 for a v1 hold) and TTL its TTL.
+	Session uint64
+	TTL     time.Duration
 }
 
 func appendHeader(b []byte) []byte {
 	start := len(b)
 	b = append(b, magic[:]...)
-	b = binary.BigEndian.AppendUint32(b, version1)
+	b = binary.BigEndian.AppendUint32(b, version2)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
-// checkHeader returns a reason when h (headerSize bytes) is not a header
-// this version can read.
-func checkHeader(h []byte) string {
+// checkHeader returns the version of h (headerSize bytes), or a reason
+// when it is not a header this build can read.
+func checkHeader(h []byte) (uint32, string) {
 	if [8]byte(h[:8]) != magic {
-		return "not a Locking-Center log (bad magic)"
+		return 0, "not a Locking-Center log (bad magic)"
 	}
 	if crc32.Checksum(h[:12], castagnoli) != binary.BigEndian.Uint32(h[12:]) {
-		return "header checksum mismatch"
+		return 0, "header checksum mismatch"
 	}
-	if v := binary.BigEndian.Uint32(h[8:12]); v != version1 {
-		return fmt.Sprintf("unknown format version %d (this build reads version %d)", v, version1)
+	v := binary.BigEndian.Uint32(h[8:12])
+	if v != version1 && v != version2 {
+		return 0, fmt.Sprintf("unknown format version %d (this build reads versions %d and %d)", v, version1, version2)
 	}
-	return ""
+	return v, ""
 }
 
 func checkField(what, s string) error {
@@ -122,28 +151,54 @@ func checkField(what, s string) error {
 	return nil
 }
 
-// acquireSize is the encoded size of an acquire record, frame included.
-func acquireSize(key string, h Holder) int {
-	return frameSize + 1 + 8 + 2 + len(key) + 2 + len(h.Source) + 2 + len(h.Remote)
+// grantSize is the encoded size of a grant operation.
+func grantSize(key string, h Holder) int {
+	return 1 + 8 + 8 + 8 + 4 + 2 + len(key) + 2 + len(h.Source) + 2 + len(h.Remote)
 }
 
-func appendAcquire(b []byte, key string, h Holder) []byte {
-	start := len(b)
-	b = append(b, make([]byte, frameSize)...)
-	b = append(b, typeAcquire)
-	b = binary.BigEndian.AppendUint64(b, uint64(h.Since.UnixNano()))
-	b = appendString(b, key)
-	b = appendString(b, h.Source)
-	b = appendString(b, h.Remote)
-	return sealFrame(b, start)
+// op is one decoded or queued operation.
+type op struct {
+	typ   byte
+	key   string
+	token uint64 // grant, release, mark
+	h     Holder // grant, acquire
 }
 
-func appendRelease(b []byte, key string) []byte {
-	start := len(b)
-	b = append(b, make([]byte, frameSize)...)
-	b = append(b, typeRelease)
-	b = appendString(b, key)
-	return sealFrame(b, start)
+func appendOp(b []byte, o op) []byte {
+	b = append(b, o.typ)
+	switch o.typ {
+	case typeGrant:
+		b = binary.BigEndian.AppendUint64(b, uint64(o.h.Since.UnixNano()))
+		b = binary.BigEndian.AppendUint64(b, o.h.Token)
+		b = binary.BigEndian.AppendUint64(b, o.h.Session)
+		b = binary.BigEndian.AppendUint32(b, uint32(o.h.TTL/time.Millisecond))
+		b = appendString(b, o.key)
+		b = appendString(b, o.h.Source)
+		b = appendString(b, o.h.Remote)
+	case typeRelease:
+		b = binary.BigEndian.AppendUint64(b, o.token)
+		b = appendString(b, o.key)
+	case typeMark:
+		b = binary.BigEndian.AppendUint64(b, o.token)
+	}
+	return b
+}
+
+// appendRecords encodes ops as version 2 records: as few as the payload
+// bound allows (one, for any batch the engine makes in practice).
+func appendRecords(b []byte, ops []op) []byte {
+	for len(ops) > 0 {
+		start := len(b)
+		b = append(b, make([]byte, frameSize)...)
+		n := 0
+		for n < len(ops) && len(b)-start-frameSize+maxOp <= maxPayload {
+			b = appendOp(b, ops[n])
+			n++
+		}
+		b = sealFrame(b, start)
+		ops = ops[n:]
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -151,59 +206,99 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// sealFrame fills in the frame of the record that starts at b[start].
+// sealFrame fills in the version 2 frame of the record that starts at
+// b[start].
 func sealFrame(b []byte, start int) []byte {
-	n := uint16(len(b) - start - frameSize)
-	binary.BigEndian.PutUint16(b[start+4:], n)
-	binary.BigEndian.PutUint16(b[start+6:], ^n)
+	n := uint32(len(b) - start - frameSize)
+	binary.BigEndian.PutUint32(b[start+4:], n)
+	binary.BigEndian.PutUint32(b[start+8:], ^n)
 	binary.BigEndian.PutUint32(b[start:], crc32.Checksum(b[start+4:], castagnoli))
 	return b
 }
 
-// record is one decoded record.
-type record struct {
-	typ byte
-	key string
-	h   Holder
+// decodePayload decodes the operations of a payload whose checksum already
+// matched, calling fn for each. A failure here is a record this build does
+// not understand: corruption, not a tear.
+func decodePayload(version uint32, p []byte, fn func(op)) string {
+	if len(p) == 0 {
+		return "empty record"
+	}
+	for len(p) > 0 {
+		var o op
+		var reason string
+		o, p, reason = decodeOp(version, p)
+		if reason != "" {
+			return reason
+		}
+		fn(o)
+		if version == version1 && len(p) != 0 {
+			return fmt.Sprintf("%d stray bytes after the record's fields", len(p))
+		}
+	}
+	return ""
 }
 
-// decodePayload decodes a payload whose checksum already matched. A failure
-// here is a record this build does not understand: corruption, not a tear.
-func decodePayload(p []byte) (record, string) {
-	var r record
-	if len(p) == 0 {
-		return r, "empty record"
-	}
-	r.typ = p[0]
+func decodeOp(version uint32, p []byte) (op, []byte, string) {
+	var o op
+	o.typ = p[0]
 	p = p[1:]
 	var ok bool
-	switch r.typ {
-	case typeAcquire:
+	known := version == version1 && (o.typ == typeAcquireV1 || o.typ == typeReleaseV1) ||
+		version == version2 && (o.typ == typeGrant || o.typ == typeRelease || o.typ == typeMark)
+	if !known {
+		return o, p, fmt.Sprintf("unknown record type %d", o.typ)
+	}
+	u64 := func() (uint64, bool) {
 		if len(p) < 8 {
-			return r, "acquire record too short"
+			return 0, false
 		}
-		r.h.Since = time.Unix(0, int64(binary.BigEndian.Uint64(p)))
+		v := binary.BigEndian.Uint64(p)
 		p = p[8:]
-		if r.key, p, ok = readString(p); !ok {
-			return r, "acquire record: bad key"
-		}
-		if r.h.Source, p, ok = readString(p); !ok {
-			return r, "acquire record: bad source"
-		}
-		if r.h.Remote, p, ok = readString(p); !ok {
-			return r, "acquire record: bad remote"
-		}
-	case typeRelease:
-		if r.key, p, ok = readString(p); !ok {
-			return r, "release record: bad key"
-		}
-	default:
-		return r, fmt.Sprintf("unknown record type %d", r.typ)
+		return v, true
 	}
-	if len(p) != 0 {
-		return r, fmt.Sprintf("%d stray bytes after the record's fields", len(p))
+	switch o.typ {
+	case typeAcquireV1, typeGrant:
+		since, ok1 := u64()
+		if !ok1 {
+			return o, p, "grant record too short"
+		}
+		o.h.Since = time.Unix(0, int64(since))
+		if o.typ == typeGrant {
+			var ok2, ok3 bool
+			o.h.Token, ok1 = u64()
+			o.h.Session, ok2 = u64()
+			ok3 = len(p) >= 4
+			if !ok1 || !ok2 || !ok3 {
+				return o, p, "grant record too short"
+			}
+			o.h.TTL = time.Duration(binary.BigEndian.Uint32(p)) * time.Millisecond
+			p = p[4:]
+			o.token = o.h.Token
+		}
+		if o.key, p, ok = readString(p); !ok {
+			return o, p, "grant record: bad key"
+		}
+		if o.h.Source, p, ok = readString(p); !ok {
+			return o, p, "grant record: bad source"
+		}
+		if o.h.Remote, p, ok = readString(p); !ok {
+			return o, p, "grant record: bad remote"
+		}
+	case typeRelease, typeReleaseV1:
+		if o.typ == typeRelease {
+			if o.token, ok = u64(); !ok {
+				return o, p, "release record too short"
+			}
+		}
+		if o.key, p, ok = readString(p); !ok {
+			return o, p, "release record: bad key"
+		}
+	case typeMark:
+		if o.token, ok = u64(); !ok {
+			return o, p, "mark record too short"
+		}
 	}
-	return r, ""
+	return o, p, ""
 }
 
 func readString(p []byte) (string, []byte, bool) {

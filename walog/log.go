@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
 // Errors returned by Acquire and Release. Compare with errors.Is.
@@ -97,11 +99,14 @@ type Log struct {
 	errs        atomic.Uint64
 	fsyncs      atomic.Uint64
 	records     atomic.Uint64
+	highToken   atomic.Uint64 // high, for readers outside the writer
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	f          File
+	lock       *os.File // the lock file, flocked while the log is open
 	live       map[string]Holder
-	liveBytes  int64 // encoded size of the live acquire records
+	liveBytes  int64  // encoded size of the live grant operations
+	high       uint64 // the highest token in the log (grants and marks)
 	compacting bool
 	compacted  chan compactResult // the compactor's answer; capacity 1
 	tail       []byte             // records written since the snapshot
@@ -112,9 +117,7 @@ type Log struct {
 
 type request struct {
 	rec  []byte
-	typ  byte
-	key  string
-	h    Holder
+	ops  []op
 	done chan error
 }
 
@@ -129,7 +132,14 @@ type compactResult struct {
 // file from an interrupted compaction is removed first. If the log is
 // corrupt the error wraps ErrCorrupt and names the file and byte offset; an
 // error from restore stops the open and is returned.
-func Open(path string, opts Options, restore func(key string, h Holder) error) (*Log, error) {
+//
+// restore may change h.Token: a holder from a version 1 log comes with
+// token 0, and the caller gives it one; the log is then rewritten in the
+// current version with those tokens before Open returns.
+//
+// The file path+".lock" is locked (flock) while the log is open: a second
+// process opening the same log fails with ErrInUse.
+func Open(path string, opts Options, restore func(key string, h *Holder) error) (*Log, error) {
 	l := &Log{
 		path:      path,
 		tmp:       path + ".tmp",
@@ -155,6 +165,18 @@ func Open(path string, opts Options, restore func(key string, h Holder) error) (
 	if l.floor <= 0 {
 		l.floor = DefaultCompactFloor
 	}
+
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	l.lock = lock
+	ok := false
+	defer func() {
+		if !ok {
+			unlockFile(lock)
+		}
+	}()
 
 	switch err := l.fs.Remove(l.tmp); {
 	case err == nil:
@@ -185,42 +207,89 @@ func Open(path string, opts Options, restore func(key string, h Holder) error) (
 	}
 	l.f = f
 	size := int64(headerSize)
+	version := uint32(version2)
 	if !fresh { // a fresh file's offset is past its header: nothing to read
-		if size, err = l.replay(); err != nil {
-			f.Close()
+		if size, version, err = l.replay(); err != nil {
+			l.f.Close()
 			return nil, err
 		}
 	}
 	l.size.Store(size)
 	for k, h := range l.live {
-		if err := restore(k, h); err != nil {
-			f.Close()
+		if err := restore(k, &h); err != nil {
+			l.f.Close()
 			return nil, fmt.Errorf("walog: restore %q from %s: %w", k, path, err)
 		}
+		l.live[k] = h
+		l.high = max(l.high, h.Token)
+	}
+	if version != version2 {
+		if err := l.upgrade(); err != nil {
+			l.f.Close()
+			return nil, err
+		}
+		l.logger.Info("walog: rewrote a version 1 log in version 2 (fencing tokens)", "file", path, "held_keys", len(l.live))
 	}
 	l.logger.Debug("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
+	ok = true
 	go l.run()
 	return l, nil
 }
 
+// upgrade rewrites the live set into a new file of the current version, as
+// a compaction does, before anything is appended.
+func (l *Log) upgrade() error {
+	snap := l.snapshot()
+	f, err := writeTemp(l.fs, l.tmp, snap)
+	if err != nil {
+		return fmt.Errorf("walog: rewrite %s in version %d: %w", l.path, version2, err)
+	}
+	if _, err := commitTemp(l.fs, f, l.tmp, l.path, l.dir, nil); err != nil {
+		f.Close()
+		return fmt.Errorf("walog: rewrite %s in version %d: %w", l.path, version2, err)
+	}
+	l.f.Close()
+	l.f = f
+	l.size.Store(int64(len(snap)))
+	return nil
+}
+
+// snapshot encodes the live set: a header, the token mark, every grant.
+func (l *Log) snapshot() []byte {
+	ops := make([]op, 0, len(l.live)+1)
+	ops = append(ops, op{typ: typeMark, token: l.high})
+	for k, h := range l.live {
+		ops = append(ops, op{typ: typeGrant, key: k, token: h.Token, h: h})
+	}
+	snap := make([]byte, 0, headerSize+frameSize+9+l.liveBytes+int64(frameSize*(1+len(ops)*maxOp/maxPayload)))
+	snap = appendHeader(snap)
+	return appendRecords(snap, ops)
+}
+
+// HighToken returns the highest fencing token the log holds a record of:
+// every token handed out before (and recorded) is at most this.
+func (l *Log) HighToken() uint64 {
+	return l.highToken.Load()
+}
+
 // replay reads the whole file into l.live, cuts a torn tail, and returns
-// the size of the file afterwards.
-func (l *Log) replay() (int64, error) {
+// the size of the file afterwards and its format version.
+func (l *Log) replay() (int64, uint32, error) {
 	fi, err := l.f.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("walog: stat: %w", err)
+		return 0, 0, fmt.Errorf("walog: stat: %w", err)
 	}
 	fileSize := fi.Size()
 	// Size the live set for a log that compaction keeps near twice its
-	// live records (about 50 bytes each): growing a map of a million keys
+	// live records (about 80 bytes each): growing a map of a million keys
 	// step by step costs more than reading the file.
-	l.live = make(map[string]Holder, min(fileSize/100, 1<<24))
+	l.live = make(map[string]Holder, min(fileSize/160, 1<<24))
 	if fileSize == 0 {
 		// An empty file (made by the operator, say) is a new log.
 		if err := writeSync(l.f, appendHeader(nil), l.path); err != nil {
-			return 0, fmt.Errorf("walog: initialise: %w", err)
+			return 0, 0, fmt.Errorf("walog: initialise: %w", err)
 		}
-		return headerSize, nil
+		return headerSize, version2, nil
 	}
 	corrupt := func(off int64, reason string) error {
 		return &CorruptError{Path: l.path, Offset: off, Reason: reason}
@@ -229,48 +298,69 @@ func (l *Log) replay() (int64, error) {
 	var hdr [headerSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, corrupt(0, fmt.Sprintf("file of %d bytes is shorter than the %d-byte header", fileSize, headerSize))
+			return 0, 0, corrupt(0, fmt.Sprintf("file of %d bytes is shorter than the %d-byte header", fileSize, headerSize))
 		}
-		return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+		return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
 	}
-	if reason := checkHeader(hdr[:]); reason != "" {
-		return 0, corrupt(0, reason)
+	version, reason := checkHeader(hdr[:])
+	if reason != "" {
+		return 0, 0, corrupt(0, reason)
+	}
+	fsize, limit := frameSize, maxPayload
+	if version == version1 {
+		fsize, limit = frameSizeV1, maxPayloadV1
 	}
 
 	off := int64(headerSize)
-	var frame [frameSize]byte
-	payload := make([]byte, maxPayload)
+	frame := make([]byte, fsize)
+	var payload []byte
 	torn := ""
 	for {
-		n, err := io.ReadFull(r, frame[:])
+		n, err := io.ReadFull(r, frame)
 		if err == io.EOF {
 			break
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			// Fewer than frameSize bytes cannot be checked at all: the
+			// Fewer than a frame's bytes cannot be checked at all: the
 			// write that would have completed them never happened.
 			torn = fmt.Sprintf("file ends %d bytes into a record's frame", n)
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+			return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
 		}
-		length := binary.BigEndian.Uint16(frame[4:])
-		if check := binary.BigEndian.Uint16(frame[6:]); check != ^length {
-			if allZero(frame[:]) {
+		var length, check uint64
+		if version == version1 {
+			length = uint64(binary.BigEndian.Uint16(frame[4:]))
+			check = uint64(^binary.BigEndian.Uint16(frame[6:]))
+		} else {
+			length = uint64(binary.BigEndian.Uint32(frame[4:]))
+			check = uint64(^binary.BigEndian.Uint32(frame[8:]))
+		}
+		if check != length {
+			if allZero(frame) {
 				zero, err := restIsZero(r)
 				if err != nil {
-					return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+					return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
 				}
 				if zero {
 					torn = "zeroed space after the last record"
 					break
 				}
 			}
-			return 0, corrupt(off, "record length fails its check")
+			return 0, 0, corrupt(off, "record length fails its check")
 		}
-		if length == 0 || int(length) > maxPayload {
-			return 0, corrupt(off, fmt.Sprintf("record length %d out of range", length))
+		if length == 0 || length > uint64(limit) {
+			return 0, 0, corrupt(off, fmt.Sprintf("record length %d out of range", length))
+		}
+		if off+int64(fsize)+int64(length) > fileSize {
+			// Checked before allocating: the length is intact (its copy
+			// agrees) and points past the end, so the write was torn.
+			torn = "file ends inside a record"
+			break
+		}
+		if uint64(cap(payload)) < length {
+			payload = make([]byte, length)
 		}
 		p := payload[:length]
 		if _, err := io.ReadFull(r, p); err != nil {
@@ -278,30 +368,28 @@ func (l *Log) replay() (int64, error) {
 				torn = "file ends inside a record"
 				break
 			}
-			return 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+			return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
 		}
 		crc := crc32.Update(crc32.Checksum(frame[4:], castagnoli), castagnoli, p)
 		if crc != binary.BigEndian.Uint32(frame[:4]) {
-			return 0, corrupt(off, "checksum mismatch")
+			return 0, 0, corrupt(off, "checksum mismatch")
 		}
-		rec, reason := decodePayload(p)
-		if reason != "" {
-			return 0, corrupt(off, reason)
+		if reason := decodePayload(version, p, l.apply); reason != "" {
+			return 0, 0, corrupt(off, reason)
 		}
-		l.apply(rec.typ, rec.key, rec.h)
-		off += frameSize + int64(length)
+		off += int64(fsize) + int64(length)
 	}
 	if torn != "" {
 		l.logger.Warn("walog: cut a torn final record; the start goes on",
 			"file", l.path, "offset", off, "bytes_dropped", fileSize-off, "reason", torn)
 		if err := l.f.Truncate(off); err != nil {
-			return 0, fmt.Errorf("walog: cut torn tail of %s at %d: %w", l.path, off, err)
+			return 0, 0, fmt.Errorf("walog: cut torn tail of %s at %d: %w", l.path, off, err)
 		}
 		if err := l.f.Sync(); err != nil {
-			return 0, fmt.Errorf("walog: fsync %s after cutting its tail: %w", l.path, err)
+			return 0, 0, fmt.Errorf("walog: fsync %s after cutting its tail: %w", l.path, err)
 		}
 	}
-	return off, nil
+	return off, version, nil
 }
 
 func allZero(b []byte) bool {
@@ -328,49 +416,68 @@ func restIsZero(r *bufio.Reader) (bool, error) {
 	}
 }
 
-// apply updates the live set with a durable record.
-func (l *Log) apply(typ byte, key string, h Holder) {
-	old, had := l.live[key]
-	if had {
-		l.liveBytes -= int64(acquireSize(key, old))
+// apply updates the live set with a durable operation.
+func (l *Log) apply(o op) {
+	switch o.typ {
+	case typeAcquireV1, typeGrant:
+		if old, had := l.live[o.key]; had {
+			l.liveBytes -= int64(grantSize(o.key, old))
+		}
+		l.live[o.key] = o.h
+		l.liveBytes += int64(grantSize(o.key, o.h))
+	case typeReleaseV1, typeRelease:
+		old, had := l.live[o.key]
+		if had && (o.token == 0 || o.token == old.Token) {
+			l.liveBytes -= int64(grantSize(o.key, old))
+			delete(l.live, o.key)
+		}
 	}
-	switch typ {
-	case typeAcquire:
-		l.live[key] = h
-		l.liveBytes += int64(acquireSize(key, h))
-	case typeRelease:
-		delete(l.live, key)
+	if o.token > l.high {
+		l.high = o.token
+		l.highToken.Store(o.token)
 	}
 }
 
-// Acquire records that key is held by h, and returns once the record is
-// durable.
+// Commit records a batch of the engine's changes as one record (see the
+// format) and returns once it is durable. It is the log's side of
+// locker.Journal.
+func (l *Log) Commit(batch []locker.Change) error {
+	ops := make([]op, len(batch))
+	size := 0
+	for i, c := range batch {
+		if err := checkField("key", c.Key); err != nil {
+			return err
+		}
+		if c.Grant {
+			if err := checkField("source", c.Holder.Source); err != nil {
+				return err
+			}
+			if err := checkField("remote address", c.Holder.Remote); err != nil {
+				return err
+			}
+			h := Holder{Source: c.Holder.Source, Remote: c.Holder.Remote, Since: c.Since,
+				Token: c.Token, Session: uint64(c.Holder.Session), TTL: c.TTL}
+			ops[i] = op{typ: typeGrant, key: c.Key, token: c.Token, h: h}
+			size += grantSize(c.Key, h)
+		} else {
+			ops[i] = op{typ: typeRelease, key: c.Key, token: c.Token}
+			size += 1 + 8 + 2 + len(c.Key)
+		}
+	}
+	return l.submit(&request{rec: appendRecords(make([]byte, 0, frameSize+size), ops), ops: ops})
+}
+
+// Acquire records that key is held by h (its grant, token and session
+// included), and returns once the record is durable.
 func (l *Log) Acquire(key string, h Holder) error {
-	if err := checkField("key", key); err != nil {
-		return err
-	}
-	if err := checkField("source", h.Source); err != nil {
-		return err
-	}
-	if err := checkField("remote address", h.Remote); err != nil {
-		return err
-	}
-	return l.submit(&request{
-		rec: appendAcquire(make([]byte, 0, acquireSize(key, h)), key, h),
-		typ: typeAcquire, key: key, h: h,
-	})
+	return l.Commit([]locker.Change{{Key: key, Token: h.Token, Grant: true, Since: h.Since, TTL: h.TTL,
+		Holder: locker.Holder{Source: h.Source, Remote: h.Remote, Session: locker.SessionID(h.Session)}}})
 }
 
-// Release records that key is free, and returns once the record is
-// durable.
+// Release records that key is free, whatever its grant, and returns once
+// the record is durable.
 func (l *Log) Release(key string) error {
-	if err := checkField("key", key); err != nil {
-		return err
-	}
-	return l.submit(&request{
-		rec: appendRelease(make([]byte, 0, frameSize+3+len(key)), key),
-		typ: typeRelease, key: key,
-	})
+	return l.Commit([]locker.Change{{Key: key}})
 }
 
 func (l *Log) submit(r *request) error {
@@ -520,7 +627,9 @@ func (l *Log) commit(batch []*request, buf []byte) []byte {
 		l.size.Add(int64(len(buf)))
 		l.records.Add(uint64(len(batch)))
 		for _, r := range batch {
-			l.apply(r.typ, r.key, r.h)
+			for _, o := range r.ops {
+				l.apply(o)
+			}
 		}
 		if l.compacting {
 			l.tail = append(l.tail, buf...)
@@ -585,11 +694,8 @@ func (l *Log) maybeCompact() {
 	}
 	// The snapshot is encoded here, between batches, so it is exactly
 	// the state the file holds; records that come later go to the tail.
-	snap := make([]byte, 0, headerSize+l.liveBytes)
-	snap = appendHeader(snap)
-	for k, h := range l.live {
-		snap = appendAcquire(snap, k, h)
-	}
+	// Its mark keeps the highest token even when its grant is gone.
+	snap := l.snapshot()
 	l.compacting = true
 	l.tail = l.tail[:0]
 	go func() { // ended before the writer ends: run and shutdown wait for it
@@ -653,4 +759,5 @@ func (l *Log) shutdown() {
 	if err := l.f.Close(); err != nil {
 		l.closeErr = fmt.Errorf("walog: close %s: %w", l.path, err)
 	}
+	unlockFile(l.lock)
 }

@@ -1,15 +1,29 @@
-// Package wire speaks Locking-Center's TCP protocol: one request frame per
-// connection, answered with one byte, then the connection is closed.
+// Package wire speaks Locking-Center's TCP protocol (docs/protocol.md). A
+// connection is v1 or a session by its first byte:
 //
-// The frame, every field one byte unless said otherwise:
+//   - v1: one request frame per connection, answered with one byte, then
+//     the connection is closed;
+//   - a session (first byte 16): one connection carrying many requests,
+//     answered out of order by request id, owning the keys it takes
+//     (session.go has its frames).
+//
+// The v1 frame, every field one byte unless said otherwise:
 //
 //	+--------+---------+-----------------+------------+---------------------+
 //	| action | keySize | key (keySize B) | sourceSize | source (sourceSize) |
 //	+--------+---------+-----------------+------------+---------------------+
 //
 // Sizes are signed bytes (0..127). The answer is '+' (success), '-' (failure)
-// or '#' (a TryLock that did not win). Server serves it on top of a
-// locker.Table; the codec (Frame, Decode, Append) is shared with the client.
+// or '#' (a TryLock that did not win). Frames of the original Locking-Center
+// server, whose Unlock and ResetByKey carry no source field and whose
+// ResetBySource carries no key field, are accepted too (DecodeServer).
+// Server serves both modes on top of a locker.Table; the codecs are shared
+// with the client.
+//
+// Guarantees: every size is checked before anything is allocated or read
+// past it; a malformed frame is answered '-' and harms nobody else; a grant
+// whose answer could not be written is handed on (locker.Table.Release),
+// never left held by nobody.
 package wire
 
 import (
@@ -20,13 +34,18 @@ import (
 // Action is the first byte of a frame.
 type Action byte
 
-// The actions of SPEC §1. Extensions use numbers from 16 up.
+// The actions. 1–5 are v1's (and a session's too); 6–8 exist in sessions
+// only; SessionOpen is the first byte of a session connection.
 const (
 	Lock          Action = 1
 	Unlock        Action = 2
 	ResetByKey    Action = 3
 	ResetBySource Action = 4
 	TryLock       Action = 5
+	Cancel        Action = 6
+	Ping          Action = 7
+	Close         Action = 8
+	SessionOpen   Action = 16
 )
 
 // String returns the action's name as used in logs and metrics.
@@ -42,6 +61,14 @@ func (a Action) String() string {
 		return "reset_source"
 	case TryLock:
 		return "trylock"
+	case Cancel:
+		return "cancel"
+	case Ping:
+		return "ping"
+	case Close:
+		return "close"
+	case SessionOpen:
+		return "open"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(a))
 }
@@ -145,4 +172,31 @@ func Decode(b []byte) (Frame, int, error) {
 		Key:    string(b[2:srcAt]),
 		Source: string(b[srcAt+1 : end]),
 	}, end, nil
+}
+
+// DecodeServer is Decode as the server reads v1 frames: it also accepts the
+// original server's frames. Unlock and ResetByKey are complete once the key
+// has arrived (a source field after it is the caller's to discard), and a
+// ResetBySource whose first size byte is not 0 takes that field as the
+// source. The returned Frame has an empty Source for the first two.
+func DecodeServer(b []byte) (Frame, int, error) {
+	if len(b) < 2 {
+		return Frame{}, 0, ErrShort
+	}
+	a := Action(b[0])
+	size := int8(b[1])
+	if (a == Unlock || a == ResetByKey || a == ResetBySource && size != 0) && size >= 0 {
+		end := 2 + int(size)
+		if len(b) < end {
+			return Frame{}, 0, ErrShort
+		}
+		f := Frame{Action: a}
+		if a == ResetBySource {
+			f.Source = string(b[2:end])
+		} else {
+			f.Key = string(b[2:end])
+		}
+		return f, end, nil
+	}
+	return Decode(b)
 }

@@ -3,8 +3,10 @@ package wire
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ var (
 	errHungUp   = errors.New("client hung up while waiting")
 	errTrailing = errors.New("bytes after the lock frame")
 	errStopped  = errors.New("server shutting down")
+	errAuth     = errors.New("AUTH_TOKEN is set: v1 frames are refused, open a session")
 )
 
 // maxRejecting bounds the goroutines that answer '-' to connections over
@@ -60,6 +63,11 @@ type Server struct {
 	Logger *slog.Logger
 	// Observer is told of every request (optional).
 	Observer Observer
+	// SessionTTL is the TTL of a session that asks for 0 (default 10s).
+	SessionTTL time.Duration
+	// AuthToken, when set, must be presented by every session open, and
+	// every v1 frame is answered '-'.
+	AuthToken string
 
 	initOnce  sync.Once
 	ctx       context.Context // cancelled by Shutdown: ends every wait
@@ -90,6 +98,9 @@ func (s *Server) init() {
 		}
 		if s.Observer == nil {
 			s.Observer = noObserver{}
+		}
+		if s.SessionTTL <= 0 {
+			s.SessionTTL = 10 * time.Second
 		}
 		s.ctx, s.stop = context.WithCancel(context.Background())
 		s.listeners = make(map[net.Listener]struct{})
@@ -186,9 +197,16 @@ func (s *Server) reject(c net.Conn) {
 		defer s.rejecting.Add(-1)
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(time.Second))
-		_, _ = c.Write([]byte{AnswerFail})
+		// The first byte says which refusal the client reads: a session's
+		// 13 bytes or v1's one.
 		var buf [MaxFrame]byte
-		_, _ = c.Read(buf[:]) // best effort: the frame, if it is already here
+		n, _ := c.Read(buf[:])
+		if n > 0 && Action(buf[0]) == SessionOpen {
+			_, _ = c.Write(OpenAnswer{Status: AnswerFail}.Append(nil))
+		} else {
+			_, _ = c.Write([]byte{AnswerFail})
+		}
+		_, _ = c.Read(buf[:]) // best effort: the rest of the frame, if it is already here
 	}()
 }
 
@@ -226,125 +244,172 @@ func (s *Server) handle(c net.Conn) {
 	defer s.untrack(c)
 	defer c.Close()
 
-	var buf [MaxFrame + 1]byte
 	_ = c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
-	n := 0
-	var f Frame
-	var used int
-	for {
-		m, rerr := c.Read(buf[n:])
-		n += m
-		var derr error
-		f, used, derr = Decode(buf[:n])
-		if derr == nil {
-			break
+	var buf [MaxFrame + 1]byte
+	n, err := c.Read(buf[:])
+	if n == 0 {
+		if err != nil && !errors.Is(err, io.EOF) && !s.closing.Load() {
+			s.Logger.Debug("connection closed before its first byte", "peer", c.RemoteAddr().String(), "err", err)
 		}
-		if !errors.Is(derr, ErrShort) {
-			s.invalid(c, Action(buf[0]), derr)
-			return
-		}
-		if rerr != nil {
-			if n > 0 && !s.closing.Load() {
-				s.Logger.Warn("request rejected: frame incomplete", "peer", c.RemoteAddr().String(), "bytes", n, "err", rerr)
-				s.Observer.Request(Action(buf[0]), ResultInvalid)
-			}
-			return
-		}
+		return
+	}
+	if Action(buf[0]) == SessionOpen {
+		s.serveSession(c, buf[:n])
+		return
+	}
+	s.serveV1(c, buf[:], n)
+}
+
+// serveV1 serves one v1 request whose first n bytes are in buf.
+func (s *Server) serveV1(c net.Conn, buf []byte, n int) {
+	f, used, err := s.readV1(c, buf, n)
+	if err != nil {
+		return // answered or logged by readV1
+	}
+	if s.AuthToken != "" {
+		s.invalid(c, f.Action, errAuth)
+		return
 	}
 	if err := f.Valid(); err != nil {
 		s.invalid(c, f.Action, err)
 		return
 	}
 	trailing := n > used
-
 	remote := c.RemoteAddr().String()
 	h := locker.Holder{Source: f.Source, Remote: remote}
 	if h.Source == "" {
 		h.Source = peerIP(c.RemoteAddr())
 	}
 
-	var answer byte
-	switch f.Action {
-	case Lock:
-		if trailing {
-			s.invalid(c, f.Action, errTrailing)
-			return
-		}
-		var ok bool
-		if answer, ok = s.lock(c, f.Key, h); !ok {
-			return
-		}
-	case TryLock:
-		switch err := s.Table.TryLock(f.Key, h); {
-		case err == nil:
-			answer = AnswerOK
-		case errors.Is(err, locker.ErrLocked):
-			answer = AnswerLocked
-		default:
-			answer = s.failed(c, f, err)
-		}
-	case Unlock:
-		answer = s.outcome(c, f, s.Table.Unlock(f.Key))
-	case ResetByKey:
-		res, err := s.Table.ResetByKey(f.Key)
-		if err == nil {
-			s.Logger.Info("reset by key", "key", f.Key, "peer", remote, "released", res.Released, "refused", res.Refused)
-		}
-		answer = s.outcome(c, f, err)
-	case ResetBySource:
-		res, err := s.Table.ResetBySource(h.Source)
-		if err == nil {
-			s.Logger.Info("reset by source", "source", h.Source, "peer", remote, "released", res.Released, "refused", res.Refused)
-		}
-		answer = s.outcome(c, f, err)
-	}
-	if s.closing.Load() {
+	answer, token, ok := s.dispatchV1(c, f, h, trailing)
+	if !ok || s.closing.Load() {
 		return // answer nothing more
 	}
 	s.Observer.Request(f.Action, resultOf(answer))
 	_ = c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
 	if _, err := c.Write([]byte{answer}); err != nil {
 		s.Logger.Info("answer not delivered", "peer", remote, "action", f.Action.String(), "key", f.Key, "err", err)
-		// A grant whose '+' never left is held by nobody: hand it on.
-		if answer == AnswerOK && (f.Action == Lock || f.Action == TryLock) {
-			if uerr := s.Table.Unlock(f.Key); uerr != nil {
+		// A grant whose '+' never left is held by nobody: hand it on,
+		// that grant only.
+		if token != 0 {
+			if uerr := s.Table.Release(f.Key, token); uerr != nil {
 				s.Logger.Warn("could not hand on an undelivered grant", "key", f.Key, "err", uerr)
 			}
+		}
+		return
+	}
+	if f.Action == Unlock || f.Action == ResetByKey {
+		// The original clients' frames end after the key; ours carry a
+		// source too. Read what comes until the client closes, so that
+		// closing never resets a connection with unread bytes.
+		_, _ = io.CopyN(io.Discard, c, MaxField+1)
+	}
+}
+
+// readV1 reads until buf holds a whole v1 frame (the original server's
+// forms included) and decodes it. A malformed or incomplete frame is
+// answered or logged here, and returns an error.
+func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, error) {
+	for {
+		f, used, derr := DecodeServer(buf[:n])
+		if derr == nil {
+			return f, used, nil
+		}
+		if !errors.Is(derr, ErrShort) {
+			s.invalid(c, Action(buf[0]), derr)
+			return f, 0, derr
+		}
+		m, rerr := c.Read(buf[n:])
+		n += m
+		if rerr != nil && m == 0 {
+			if !s.closing.Load() {
+				s.Logger.Warn("request rejected: frame incomplete", "peer", c.RemoteAddr().String(), "bytes", n, "err", rerr)
+				s.Observer.Request(Action(buf[0]), ResultInvalid)
+			}
+			return f, 0, rerr
 		}
 	}
 }
 
-// lock serves a Lock: at once when the key is free, otherwise in the queue
-// while a watcher reads the connection, so that a client hanging up (or
-// sending more bytes) withdraws its waiter. ok is false when nothing must
-// be answered.
-func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, ok bool) {
-	err := s.Table.TryLock(key, h)
-	if errors.Is(err, locker.ErrLocked) {
-		err = s.wait(c, key, h)
+// dispatchV1 carries out a valid v1 request and returns its answer, the
+// token of a grant it made (0 if none), and false when nothing must be
+// answered.
+func (s *Server) dispatchV1(c net.Conn, f Frame, h locker.Holder, trailing bool) (answer byte, token uint64, ok bool) {
+	switch f.Action {
+	case Lock:
+		if trailing {
+			s.invalid(c, f.Action, errTrailing)
+			return 0, 0, false
+		}
+		return s.lock(c, f.Key, h)
+	case TryLock:
+		token, err := s.Table.TryLock(f.Key, h)
+		switch {
+		case err == nil:
+			return AnswerOK, token, true
+		case errors.Is(err, locker.ErrLocked):
+			return AnswerLocked, 0, true
+		}
+		return s.failed(c, f, err), 0, true
+	case Unlock:
+		_, err := s.Table.Unlock(f.Key)
+		return s.outcome(c, f, err), 0, true
+	case ResetByKey:
+		res, err := s.Table.ResetByKey(f.Key)
+		if err == nil {
+			s.Logger.Info("reset by key", "key", f.Key, "peer", h.Remote, "released", res.Released, "refused", res.Refused)
+		}
+		return s.outcome(c, f, err), 0, true
+	case ResetBySource:
+		res, err := s.Table.ResetBySource(h.Source)
+		if err == nil {
+			s.Logger.Info("reset by source", "source", h.Source, "peer", h.Remote, "released", res.Released, "refused", res.Refused)
+		}
+		return s.outcome(c, f, err), 0, true
 	}
+	return AnswerFail, 0, true // unreachable: Valid checked the action
+}
+
+// lock serves a v1 Lock: at once when the key is free, otherwise in the
+// queue while a watcher reads the connection, so that a client hanging up
+// (or sending more bytes) withdraws its waiter. ok is false when nothing
+// must be answered.
+func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, token uint64, ok bool) {
+	token, err := s.wait(c, key, h)
 	switch {
 	case err == nil:
-		return AnswerOK, true
+		return AnswerOK, token, true
 	case errors.Is(err, errHungUp), errors.Is(err, errStopped):
 		s.Observer.Request(Lock, ResultHangUp)
-		return 0, false
+		return 0, 0, false
 	case errors.Is(err, errTrailing):
 		s.invalid(c, Lock, err)
-		return 0, false
+		return 0, 0, false
 	}
-	return s.failed(c, Frame{Action: Lock, Key: key, Source: h.Source}, err), true
+	return s.failed(c, Frame{Action: Lock, Key: key, Source: h.Source}, err), 0, true
 }
 
 // waiterKeepAlive finds a waiter's vanished client in about 2.5 minutes:
 // Go's defaults for accepted connections, set only on those that wait.
 var waiterKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
-func (s *Server) wait(c net.Conn, key string, h locker.Holder) error {
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(errStopped) })
-	defer stop()
+// lockResult is the outcome of a queued Lock.
+type lockResult struct {
+	token uint64
+	err   error
+}
+
+func (s *Server) wait(c net.Conn, key string, h locker.Holder) (uint64, error) {
+	res := make(chan lockResult, 1)
+	p, err := s.Table.LockFunc(key, h, func(token uint64, err error) { res <- lockResult{token, err} })
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-res: // the key was free: no watcher needed
+		return r.token, r.err
+	default:
+	}
 
 	_ = c.SetReadDeadline(time.Time{}) // a waiter may wait for ever
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -354,35 +419,58 @@ func (s *Server) wait(c net.Conn, key string, h locker.Holder) error {
 			s.Logger.Warn("keepalive not set on a waiting connection", "peer", c.RemoteAddr().String(), "key", key, "err", err)
 		}
 	}
+	gone := make(chan error, 1)
 	watched := make(chan struct{})
-	go func() {
+	go func() { // the watcher: ended by the deadline set below
 		defer close(watched)
 		var b [1]byte
 		n, err := c.Read(b[:])
 		switch {
 		case n > 0:
-			cancel(errTrailing)
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			gone <- errTrailing
+		case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
 			// stopped by the deadline below: the wait is over
 		default:
-			cancel(errHungUp)
+			gone <- errHungUp
 		}
 	}()
-
-	err := s.Table.Lock(ctx, key, h)
+	var r lockResult
+	select {
+	case r = <-res:
+	case cause := <-gone:
+		r = s.giveUp(p, res, key, cause)
+	case <-s.ctx.Done():
+		r = s.giveUp(p, res, key, errStopped)
+	}
 	_ = c.SetReadDeadline(time.Unix(1, 0)) // wake the watcher
 	<-watched
-	if err == nil {
-		// The watcher may have seen the hang-up after the grant: then
-		// nobody will ever unlock this key, so give it back.
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			if uerr := s.Table.Unlock(key); uerr != nil {
+	if r.err == nil {
+		// The watcher may have seen the hang-up just after the grant:
+		// then nobody will ever unlock this key, so give it back.
+		select {
+		case cause := <-gone:
+			if uerr := s.Table.Release(key, r.token); uerr != nil {
 				s.Logger.Warn("could not hand on a grant to a departed client", "key", key, "err", uerr)
 			}
-			return cause
+			return 0, cause
+		default:
 		}
 	}
-	return err
+	return r.token, r.err
+}
+
+// giveUp withdraws a waiter whose client left (or the server stops); a
+// grant that crossed the withdrawal is handed on.
+func (s *Server) giveUp(p *locker.Pending, res <-chan lockResult, key string, cause error) lockResult {
+	p.Cancel()
+	r := <-res
+	if r.err == nil {
+		if uerr := s.Table.Release(key, r.token); uerr != nil {
+			s.Logger.Warn("could not hand on a grant to a departed client", "key", key, "err", uerr)
+		}
+	}
+	r.token, r.err = 0, cause
+	return r
 }
 
 func isTimeout(err error) bool {

@@ -1,0 +1,527 @@
+package locker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of sessions.
+var (
+	// ErrUnknownSession is returned when a session id names no open
+	// session: never opened, ended, or expired.
+	ErrUnknownSession = errors.New("unknown or expired session")
+	// ErrTooManySessions is returned by OpenSession at Options.MaxSessions.
+	ErrTooManySessions = errors.New("too many sessions")
+)
+
+// SessionID names a session: 64 random bits, never 0 (0 means "no session").
+type SessionID uint64
+
+// String returns the id as 16 lower-case hex digits.
+func (id SessionID) String() string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[id&0xf]
+		id >>= 4
+	}
+	return string(b[:])
+}
+
+// ParseSessionID parses the 16 hex digits of SessionID.String.
+func ParseSessionID(s string) (SessionID, error) {
+	if len(s) != 16 {
+		return 0, fmt.Errorf("session id %q: want 16 hex digits", s)
+	}
+	n, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("session id %q: want 16 hex digits, not all zero", s)
+	}
+	return SessionID(n), nil
+}
+
+// sessionTable is the table's set of sessions.
+type sessionTable struct {
+	mu      sync.Mutex // guards m; taken alone, never with an entry's or a session's mutex
+	m       map[SessionID]*session
+	max     int
+	expired atomic.Uint64
+}
+
+func (st *sessionTable) init(maxSessions int) {
+	if maxSessions <= 0 {
+		maxSessions = 10000
+	}
+	st.max = maxSessions
+	st.m = make(map[SessionID]*session)
+}
+
+func (st *sessionTable) count() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.m)
+}
+
+func (st *sessionTable) get(id SessionID) *session {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.m[id]
+}
+
+func (st *sessionTable) remove(s *session) {
+	st.mu.Lock()
+	if st.m[s.id] == s {
+		delete(st.m, s.id)
+	}
+	st.mu.Unlock()
+}
+
+// session is one session: the holds and waiters it owns, its TTL and its
+// connection.
+type session struct {
+	t      *Table
+	id     SessionID
+	ttl    time.Duration
+	source string
+	// last is when the last whole frame arrived, in Unix nanoseconds; the
+	// session expires ttl after it.
+	last atomic.Int64
+
+	// mu guards the fields below. It is a leaf: taken under an entry's
+	// mutex, never the other way round.
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when inflight drops to 0; uses mu
+	remote  string
+	link    *Link // the connection; nil while disconnected
+	ended   bool
+	holds   map[string]uint64 // key → token of every grant it holds
+	waiters map[*waiter]struct{}
+	// inflight counts grants being recorded for the session: end waits
+	// for them so that no hold lands after it took its inventory.
+	inflight int
+}
+
+func newSession(t *Table, id SessionID, source, remote string, ttl time.Duration) *session {
+	s := &session{t: t, id: id, ttl: ttl, source: source, remote: remote,
+		holds: make(map[string]uint64), waiters: make(map[*waiter]struct{})}
+	s.idle.L = &s.mu
+	s.last.Store(t.now().UnixNano())
+	return s
+}
+
+// Link is one connection's hold on a session: requests go through it, and
+// only the session's current Link may make them. Its methods are safe for
+// concurrent use.
+type Link struct {
+	s      *session
+	remote string
+	closer func()
+}
+
+// OpenSession opens a new session for source with the given TTL. remote is
+// the connection's address; closer, if not nil, is called (once, without
+// any of the table's locks) when the session ends by expiry or EndSession
+// or is taken over by a resume, to close the connection.
+func (t *Table) OpenSession(source, remote string, ttl time.Duration, closer func()) (*Link, error) {
+	st := &t.sessions
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.m) >= st.max {
+		return nil, fmt.Errorf("%w (%d open)", ErrTooManySessions, len(st.m))
+	}
+	var id SessionID
+	for id == 0 || st.m[id] != nil {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("session id: %w", err)
+		}
+		id = SessionID(binary.BigEndian.Uint64(b[:]))
+	}
+	s := newSession(t, id, source, remote, ttl)
+	l := &Link{s: s, remote: remote, closer: closer}
+	s.link = l
+	st.m[id] = s
+	return l, nil
+}
+
+// ResumeSession takes the session id back for a new connection: its holds
+// are kept, its TTL restarts, and its previous connection, if still
+// attached, is detached (its pending Locks withdrawn with ErrDetached) and
+// closed. It returns an error wrapping ErrUnknownSession when the session
+// does not exist or has expired.
+func (t *Table) ResumeSession(id SessionID, remote string, closer func()) (*Link, error) {
+	s := t.sessions.get(id)
+	if s == nil {
+		return nil, fmt.Errorf("resume %s: %w", id, ErrUnknownSession)
+	}
+	if s.expiredAt(t.now()) {
+		t.expire(s)
+		return nil, fmt.Errorf("resume %s: %w", id, ErrUnknownSession)
+	}
+	l := &Link{s: s, remote: remote, closer: closer}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("resume %s: %w", id, ErrUnknownSession)
+	}
+	old := s.link
+	s.link = l
+	s.remote = remote
+	s.last.Store(t.now().UnixNano())
+	stale := s.waitersOf(old)
+	s.mu.Unlock()
+	t.withdraw(stale, ErrDetached)
+	if old != nil && old.closer != nil {
+		old.closer()
+	}
+	return l, nil
+}
+
+// waitersOf lists the waiters that l queued. s.mu must be held.
+func (s *session) waitersOf(l *Link) []*waiter {
+	var ws []*waiter
+	for w := range s.waiters {
+		if l == nil || w.link == l {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// withdraw takes each waiter still queued out of its queue and gives its
+// done err, returning how many it withdrew.
+func (t *Table) withdraw(ws []*waiter, err error) int {
+	n := 0
+	for _, w := range ws {
+		e := w.e
+		e.mu.Lock()
+		ok := w.queued
+		if ok {
+			t.dequeue(w)
+			w.done(0, err)
+			n++
+		}
+		e.mu.Unlock()
+		if ok {
+			t.unref(e, 1)
+		}
+	}
+	return n
+}
+
+// ID returns the session's id.
+func (l *Link) ID() SessionID { return l.s.id }
+
+// TTL returns the session's TTL.
+func (l *Link) TTL() time.Duration { return l.s.ttl }
+
+// Touch records that a whole frame arrived: the TTL counts from now.
+func (l *Link) Touch() { l.s.last.Store(l.s.t.now().UnixNano()) }
+
+func (l *Link) holder() Holder {
+	return Holder{Source: l.s.source, Remote: l.remote, Session: l.s.id}
+}
+
+// Lock queues a Lock of key for the session, as Table.LockFunc: done is
+// called exactly once, possibly before Lock returns, with the key's mutex
+// held. It fails at once with ErrSessionEnded or ErrDetached when the
+// session cannot take keys through l.
+func (l *Link) Lock(key string, done func(token uint64, err error)) (*Pending, error) {
+	return l.s.t.lock(key, l.holder(), l.s, l, done)
+}
+
+// TryLock takes key for the session if it is free at this instant.
+func (l *Link) TryLock(key string) (uint64, error) {
+	return l.s.t.tryLock(key, l.holder(), l.s, l)
+}
+
+// Unlock releases the session's grant token of key (token 0: whichever
+// grant the session holds on key) and returns the released grant's token.
+// It returns ErrNotHeld, changing nothing, when the session does not hold
+// key under that token.
+func (l *Link) Unlock(key string, token uint64) (uint64, error) {
+	s := l.s
+	if !s.usable(l) {
+		return 0, s.refusal(l)
+	}
+	e := s.t.lookup(key)
+	if e == nil {
+		return 0, ErrNotHeld
+	}
+	defer s.t.unref(e, 1)
+	return s.t.releaseOne(e, "unlock", func(g *grant) bool {
+		return g.sess == s && (token == 0 || g.token == token)
+	})
+}
+
+// Detach tells the session that l's connection is gone: its pending Locks
+// are withdrawn with ErrDetached (their done is called), its holds stay,
+// and its TTL keeps counting from the last whole frame. It does nothing when
+// l is no longer the session's connection.
+func (l *Link) Detach() {
+	s := l.s
+	s.mu.Lock()
+	if s.link != l {
+		s.mu.Unlock()
+		return
+	}
+	s.link = nil
+	ws := s.waitersOf(l)
+	s.mu.Unlock()
+	s.t.withdraw(ws, ErrDetached)
+}
+
+// Close ends the session (Close action): its pending Locks are refused
+// with ErrSessionEnded, its holds released as one journal batch. l's
+// closer is not called: the caller closes its own connection.
+func (l *Link) Close() (ResetResult, error) {
+	s := l.s
+	if !s.usable(l) {
+		return ResetResult{}, s.refusal(l)
+	}
+	return s.t.end(s, false)
+}
+
+// EndSession ends session id as if it had expired: its pending Locks are
+// refused, every key it holds is released (one journal batch), and its
+// connection is closed.
+func (t *Table) EndSession(id SessionID) (ResetResult, error) {
+	s := t.sessions.get(id)
+	if s == nil {
+		return ResetResult{}, fmt.Errorf("end %s: %w", id, ErrUnknownSession)
+	}
+	return t.end(s, true)
+}
+
+// end ends s. Its holds are released only once the grants being recorded
+// for it have landed, so that none escapes the release. If the releases
+// cannot be recorded the keys stay held by the ended session and the error
+// wraps ErrJournal: a reset (or a restart, which restores the session and
+// lets it expire) frees them.
+func (t *Table) end(s *session, closeConn bool) (ResetResult, error) {
+	var res ResetResult
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return res, fmt.Errorf("end %s: %w", s.id, ErrUnknownSession)
+	}
+	s.ended = true
+	link := s.link
+	s.link = nil
+	ws := s.waitersOf(nil)
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	keys := make([]string, 0, len(s.holds))
+	for k := range s.holds {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	t.sessions.remove(s)
+
+	res.Refused = t.withdraw(ws, ErrSessionEnded)
+	err := t.releaseMany(keys, func(e *entry) (bool, int) {
+		return e.hold != nil && e.hold.sess == s, 0
+	}, &res)
+	if closeConn && link != nil && link.closer != nil {
+		link.closer()
+	}
+	if err != nil {
+		return res, fmt.Errorf("%w: end session %s: %w", ErrJournal, s.id, err)
+	}
+	return res, nil
+}
+
+func (s *session) expiredAt(now time.Time) bool {
+	return now.UnixNano()-s.last.Load() >= int64(s.ttl)
+}
+
+// expire ends s because its TTL passed.
+func (t *Table) expire(s *session) {
+	// A journal refusal still ended the session: count it.
+	if _, err := t.end(s, true); !errors.Is(err, ErrUnknownSession) {
+		t.sessions.expired.Add(1)
+	}
+}
+
+// ExpireSessions ends every session whose TTL has passed and returns how
+// many it ended.
+func (t *Table) ExpireSessions() int {
+	now := t.now()
+	var due []*session
+	t.sessions.mu.Lock()
+	for _, s := range t.sessions.m {
+		if s.expiredAt(now) {
+			due = append(due, s)
+		}
+	}
+	t.sessions.mu.Unlock()
+	for _, s := range due {
+		t.expire(s)
+	}
+	return len(due)
+}
+
+// ExpiryInterval is how often RunExpiry looks for expired sessions: a
+// session's holds are released within this of its TTL (and a release's
+// fsync).
+const ExpiryInterval = 100 * time.Millisecond
+
+// RunExpiry ends expired sessions every ExpiryInterval until ctx ends.
+// The caller owns the goroutine it runs in.
+func (t *Table) RunExpiry(ctx context.Context) {
+	tick := time.NewTicker(ExpiryInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.ExpireSessions()
+		}
+	}
+}
+
+// usable reports whether requests may come through l (nil: any).
+func (s *session) usable(l *Link) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.ended && (l == nil || s.link == l)
+}
+
+// refusal is the error for a request through l that usable refused.
+func (s *session) refusal(*Link) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return ErrSessionEnded
+	}
+	return ErrDetached
+}
+
+// begin registers a grant about to be recorded for the session through l;
+// false when the session cannot take it. Every true is followed by finish.
+func (s *session) begin(l *Link) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || (l != nil && s.link != l) {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+// finish ends what begin started: held says whether the grant took effect.
+func (s *session) finish(key string, token uint64, held bool) {
+	s.mu.Lock()
+	if held {
+		s.holds[key] = token
+	}
+	s.inflight--
+	if s.inflight == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) addHold(key string, token uint64) {
+	s.mu.Lock()
+	s.holds[key] = token
+	s.mu.Unlock()
+}
+
+func (s *session) dropHold(key string, token uint64) {
+	s.mu.Lock()
+	if s.holds[key] == token {
+		delete(s.holds, key)
+	}
+	s.mu.Unlock()
+}
+
+// addWaiter registers w if the session can still take keys through l.
+func (s *session) addWaiter(w *waiter, l *Link) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.link != l {
+		return false
+	}
+	s.waiters[w] = struct{}{}
+	return true
+}
+
+func (s *session) dropWaiter(w *waiter) {
+	s.mu.Lock()
+	delete(s.waiters, w)
+	s.mu.Unlock()
+}
+
+// restore returns the session id, creating it disconnected (restored from
+// a journal): it expires one TTL from now unless it is resumed.
+func (st *sessionTable) restore(t *Table, id SessionID, source, remote string, ttl time.Duration) *session {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.m[id]
+	if s == nil {
+		s = newSession(t, id, source, remote, ttl)
+		st.m[id] = s
+	}
+	return s
+}
+
+// SessionInfo is a read-only view of a session.
+type SessionInfo struct {
+	ID     SessionID
+	Source string
+	// Remote is the address of its connection (the last one while
+	// disconnected).
+	Remote    string
+	Connected bool
+	TTL       time.Duration
+	// ExpiresIn is the time left before expiry; it counts down while the
+	// session is silent, connected or not.
+	ExpiresIn time.Duration
+	Holds     int // keys it holds
+	Waiting   int // its pending Locks
+}
+
+func (s *session) info(now time.Time) SessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	left := s.ttl - time.Duration(now.UnixNano()-s.last.Load())
+	return SessionInfo{ID: s.id, Source: s.source, Remote: s.remote, Connected: s.link != nil,
+		TTL: s.ttl, ExpiresIn: max(left, 0), Holds: len(s.holds), Waiting: len(s.waiters)}
+}
+
+// Sessions calls fn with every open session, in no particular order, until
+// fn returns false.
+func (t *Table) Sessions(fn func(SessionInfo) bool) {
+	t.sessions.mu.Lock()
+	all := make([]*session, 0, len(t.sessions.m))
+	for _, s := range t.sessions.m {
+		all = append(all, s)
+	}
+	t.sessions.mu.Unlock()
+	now := t.now()
+	for _, s := range all {
+		if !fn(s.info(now)) {
+			return
+		}
+	}
+}
+
+// SessionInfo returns the view of session id; ok is false when it is not
+// open.
+func (t *Table) SessionInfo(id SessionID) (info SessionInfo, ok bool) {
+	s := t.sessions.get(id)
+	if s == nil {
+		return SessionInfo{}, false
+	}
+	return s.info(t.now()), true
+}

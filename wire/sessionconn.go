@@ -1,0 +1,606 @@
+package wire
+
+import (
+	"bufio"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+)
+
+// MaxPending bounds the requests pending (arrived, not yet answered) on one
+// session connection; one more drops the connection.
+const MaxPending = 1024
+
+// TTL bounds of a session, in milliseconds (docs/protocol.md).
+const (
+	MinTTLMillis = 1000
+	MaxTTLMillis = 600000
+)
+
+// sessionKeepAlive notices a vanished peer of a session connection.
+var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 4}
+
+var (
+	errTooManyPending = fmt.Errorf("more than %d requests pending", MaxPending)
+	errBadVersion     = errors.New("unknown session protocol version")
+	errBadAuth        = errors.New("wrong or missing auth token")
+)
+
+// sessionConn is one session connection: a reader (the connection's own
+// goroutine, running serve) and a writer goroutine that flushes answers
+// produced elsewhere (grants handed over by other connections, durable
+// requests finishing). Answers are appended to out and written in batches:
+// whoever finds no write in progress writes everything queued.
+type sessionConn struct {
+	s      *Server
+	c      net.Conn
+	rd     *bufio.Reader
+	link   *locker.Link
+	remote string
+
+	// mu guards every field below. Table callbacks take it under a key's
+	// mutex, so nothing here calls the Table while holding it.
+	mu       sync.Mutex
+	out      []byte       // answers not yet handed to a write
+	spare    []byte       // the other buffer of the pair
+	grants   []grantRef   // '+' grants in out, by offset
+	pending  map[uint32]*pendingReq
+	writing  bool // a goroutine is writing; it writes until out is empty
+	closing  bool // close once out is written
+	dead     bool // the connection is gone: nothing more is written
+	orphans  []grantRef // grants whose answer can no longer be written
+	kick     chan struct{}
+	finished chan struct{} // closed when serve ends: the writer ends
+
+	requests sync.WaitGroup // goroutines of durable requests
+}
+
+// grantRef is a grant whose '+' sits in the out buffer, ending at end.
+type grantRef struct {
+	key   string
+	token uint64
+	end   int
+}
+
+// pendingReq is one pending request: a Lock with its Pending, or a request
+// being carried out in a goroutine of its own.
+type pendingReq struct {
+	action   Action
+	key      string
+	p        *locker.Pending
+	canceled bool // a Cancel came before p was known
+	inline   bool // its callback runs on the reader, which flushes
+}
+
+// serveSession serves a connection whose first bytes (in first) start a
+// session open frame.
+func (s *Server) serveSession(c net.Conn, first []byte) {
+	sc := &sessionConn{s: s, c: c, remote: c.RemoteAddr().String(),
+		pending: make(map[uint32]*pendingReq), kick: make(chan struct{}, 1), finished: make(chan struct{})}
+	sc.rd = bufio.NewReaderSize(io.MultiReader(&prefixReader{b: first}, c), 4096)
+	if !sc.open() {
+		return
+	}
+	var writer sync.WaitGroup
+	writer.Go(sc.writeLoop)
+	sc.serve()
+	sc.teardown()
+	close(sc.finished)
+	writer.Wait()
+}
+
+// prefixReader yields bytes already read from the connection.
+type prefixReader struct{ b []byte }
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.b)
+	p.b = p.b[n:]
+	return n, nil
+}
+
+// open reads the open frame and opens or resumes the session; false when
+// the connection is done (refused, or it left).
+func (sc *sessionConn) open() bool {
+	s := sc.s
+	_ = sc.c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
+	hdr, err := sc.rd.Peek(2)
+	if err != nil {
+		sc.incomplete(SessionOpen, err)
+		return false
+	}
+	if hdr[1] != SessionVersion {
+		sc.refuseOpen(errBadVersion)
+		return false
+	}
+	var o Open
+	for need := openHeaderSize; ; {
+		b, err := sc.rd.Peek(need)
+		if err != nil {
+			sc.incomplete(SessionOpen, err)
+			return false
+		}
+		var n int
+		o, n, err = DecodeOpen(b)
+		if err == nil {
+			_, _ = sc.rd.Discard(n)
+			break
+		}
+		if !errors.Is(err, ErrShort) {
+			sc.refuseOpen(err)
+			return false
+		}
+		need = openNeed(b)
+	}
+	if s.AuthToken != "" && subtle.ConstantTimeCompare([]byte(o.Auth), []byte(s.AuthToken)) != 1 {
+		sc.refuseOpen(errBadAuth)
+		return false
+	}
+	closer := sc.closeSoon
+	if o.Resume != 0 {
+		sc.link, err = s.Table.ResumeSession(locker.SessionID(o.Resume), sc.remote, closer)
+	} else {
+		source := o.Source
+		if source == "" {
+			source = peerIP(sc.c.RemoteAddr())
+		}
+		sc.link, err = s.Table.OpenSession(source, sc.remote, s.ttlFor(o.TTLMillis), closer)
+	}
+	if err != nil {
+		sc.refuseOpen(err)
+		return false
+	}
+	_ = sc.c.SetReadDeadline(time.Time{})
+	if tc, ok := sc.c.(*net.TCPConn); ok {
+		if err := tc.SetKeepAliveConfig(sessionKeepAlive); err != nil {
+			s.Logger.Warn("keepalive not set on a session connection", "peer", sc.remote, "err", err)
+		}
+	}
+	ans := OpenAnswer{Status: AnswerOK, TTLMillis: uint32(sc.link.TTL() / time.Millisecond), Session: uint64(sc.link.ID())}
+	_ = sc.c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
+	if _, err := sc.c.Write(ans.Append(nil)); err != nil {
+		// Open and never told: a resume later finds it, or it expires.
+		sc.link.Detach()
+		return false
+	}
+	s.Observer.Request(SessionOpen, ResultOK)
+	s.Logger.Debug("session opened", "session", sc.link.ID().String(), "peer", sc.remote, "resumed", o.Resume != 0)
+	return true
+}
+
+// openNeed is how many bytes the open frame in b needs at least.
+func openNeed(b []byte) int {
+	at := openHeaderSize + int(int8(b[14]))
+	if len(b) <= at {
+		return at + 1
+	}
+	return at + 1 + int(int8(b[at]))
+}
+
+func (s *Server) ttlFor(ms uint32) time.Duration {
+	if ms == 0 {
+		return s.SessionTTL
+	}
+	return time.Duration(min(max(ms, MinTTLMillis), MaxTTLMillis)) * time.Millisecond
+}
+
+func (sc *sessionConn) refuseOpen(reason error) {
+	sc.s.Logger.Warn("session refused", "peer", sc.remote, "reason", reason.Error())
+	sc.s.Observer.Request(SessionOpen, ResultInvalid)
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.RequestTimeout))
+	_, _ = sc.c.Write(OpenAnswer{Status: AnswerFail}.Append(nil))
+}
+
+func (sc *sessionConn) incomplete(a Action, err error) {
+	if !sc.s.closing.Load() && !errors.Is(err, io.EOF) {
+		sc.s.Logger.Warn("session dropped: frame incomplete", "peer", sc.remote, "err", err)
+		sc.s.Observer.Request(a, ResultInvalid)
+	}
+}
+
+// serve reads requests until the connection ends or the session does.
+func (sc *sessionConn) serve() {
+	deadline := false // a read deadline is set
+	for {
+		if sc.rd.Buffered() == 0 {
+			// About to wait for the peer: send what is queued first.
+			sc.flush()
+			if deadline {
+				_ = sc.c.SetReadDeadline(time.Time{}) // idle is bounded by the TTL
+				deadline = false
+			}
+		}
+		if _, err := sc.rd.Peek(1); err != nil {
+			return // EOF, reset, or closed by an expiry, an end or a resume
+		}
+		if sc.rd.Buffered() < RequestHeaderSize && !deadline {
+			_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.RequestTimeout))
+			deadline = true
+		}
+		hdr, err := sc.rd.Peek(RequestHeaderSize)
+		if err != nil {
+			sc.incomplete(Action(hdr[0]), err)
+			return
+		}
+		n := RequestSize(hdr)
+		if sc.rd.Buffered() < n && !deadline {
+			_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.RequestTimeout))
+			deadline = true
+		}
+		b, err := sc.rd.Peek(n)
+		if err != nil {
+			sc.incomplete(Action(hdr[0]), err)
+			return
+		}
+		req, _, _ := DecodeRequest(b)
+		_, _ = sc.rd.Discard(n)
+		sc.link.Touch()
+		if !sc.dispatch(req) {
+			return
+		}
+	}
+}
+
+// dispatch carries out one request; false ends the connection.
+func (sc *sessionConn) dispatch(req Request) bool {
+	s := sc.s
+	switch req.Action {
+	case Cancel:
+		sc.cancel(req.ID)
+		s.Observer.Request(Cancel, ResultOK)
+		return true
+	case Ping:
+		sc.answer(req.ID, AnswerOK, 0, nil)
+		s.Observer.Request(Ping, ResultOK)
+		return true
+	case Close:
+		sc.closeSession(req.ID)
+		return false
+	case Lock, TryLock, Unlock, ResetByKey, ResetBySource:
+	default:
+		sc.invalid(req, ErrUnknownAction)
+		return true
+	}
+	if req.BadSize {
+		sc.invalid(req, ErrNegativeSize)
+		return true
+	}
+	if req.Key == "" && req.Action != ResetBySource {
+		sc.invalid(req, ErrEmptyKey)
+		return true
+	}
+	pr := &pendingReq{action: req.Action, key: req.Key, inline: !s.Table.Durable()}
+	sc.mu.Lock()
+	if _, dup := sc.pending[req.ID]; dup {
+		sc.mu.Unlock()
+		sc.invalid(req, errors.New("id of a pending request"))
+		return true
+	}
+	if len(sc.pending) >= MaxPending {
+		sc.mu.Unlock()
+		s.Logger.Warn("session dropped", "peer", sc.remote, "session", sc.link.ID().String(), "reason", errTooManyPending.Error())
+		s.Observer.Request(req.Action, ResultInvalid)
+		return false
+	}
+	sc.pending[req.ID] = pr
+	sc.mu.Unlock()
+	if pr.inline {
+		sc.carryOut(req, pr)
+		return true
+	}
+	// With a journal a request waits for an fsync: run it beside the
+	// reader, so that one request never holds up the others' answers.
+	sc.requests.Go(func() {
+		sc.carryOut(req, pr)
+		sc.flush()
+	})
+	return true
+}
+
+// carryOut performs a request of the five table actions and answers it.
+func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
+	s := sc.s
+	switch req.Action {
+	case Lock:
+		p, err := sc.link.Lock(req.Key, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
+		if err != nil {
+			sc.failed(req, pr, err)
+			return
+		}
+		sc.mu.Lock()
+		pr.p = p
+		pr.inline = false // from now on its callback runs elsewhere
+		canceled := pr.canceled
+		sc.mu.Unlock()
+		if canceled {
+			p.Cancel()
+		}
+	case TryLock:
+		token, err := sc.link.TryLock(req.Key)
+		switch {
+		case err == nil:
+			sc.finish(req, pr, AnswerOK, token, true)
+		case errors.Is(err, locker.ErrLocked):
+			sc.finish(req, pr, AnswerLocked, 0, false)
+		default:
+			sc.failed(req, pr, err)
+		}
+	case Unlock:
+		token, err := sc.link.Unlock(req.Key, req.Token)
+		if err != nil {
+			sc.failed(req, pr, err)
+			return
+		}
+		sc.finish(req, pr, AnswerOK, token, false)
+	case ResetByKey:
+		res, err := s.Table.ResetByKey(req.Key)
+		if err != nil {
+			sc.failed(req, pr, err)
+			return
+		}
+		s.Logger.Info("reset by key", "key", req.Key, "peer", sc.remote, "released", res.Released, "refused", res.Refused)
+		sc.finish(req, pr, AnswerOK, 0, false)
+	case ResetBySource:
+		source := req.Key
+		if source == "" {
+			source = peerIP(sc.c.RemoteAddr())
+		}
+		res, err := s.Table.ResetBySource(source)
+		if err != nil {
+			sc.failed(req, pr, err)
+			return
+		}
+		s.Logger.Info("reset by source", "source", source, "peer", sc.remote, "released", res.Released, "refused", res.Refused)
+		sc.finish(req, pr, AnswerOK, 0, false)
+	}
+}
+
+// lockDone is a session Lock's callback, run with the key's mutex held.
+func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err error) {
+	s := sc.s
+	switch {
+	case err == nil:
+		s.Observer.Request(Lock, ResultOK)
+	case errors.Is(err, locker.ErrDetached):
+		// Withdrawn with its connection: answered nowhere.
+		s.Observer.Request(Lock, ResultHangUp)
+		sc.mu.Lock()
+		sc.unpend(id, pr)
+		sc.mu.Unlock()
+		return
+	default:
+		s.Observer.Request(Lock, ResultFail)
+	}
+	status := AnswerOK
+	var g *grantRef
+	if err != nil {
+		status = AnswerFail
+		token = 0
+	} else {
+		g = &grantRef{key: pr.key, token: token}
+	}
+	sc.mu.Lock()
+	sc.unpend(id, pr)
+	inline := pr.inline
+	sc.queue(id, status, token, g)
+	sc.mu.Unlock()
+	if !inline {
+		sc.wake()
+	}
+}
+
+// finish answers a request carried out by the reader or its goroutine.
+func (sc *sessionConn) finish(req Request, pr *pendingReq, status byte, token uint64, granted bool) {
+	sc.s.Observer.Request(req.Action, resultOf(status))
+	var g *grantRef
+	if granted {
+		g = &grantRef{key: req.Key, token: token}
+	}
+	sc.mu.Lock()
+	sc.unpend(req.ID, pr)
+	sc.queue(req.ID, status, token, g)
+	sc.mu.Unlock()
+}
+
+func (sc *sessionConn) failed(req Request, pr *pendingReq, err error) {
+	if errors.Is(err, locker.ErrJournal) {
+		sc.s.Logger.Error("session request answered '-'", "peer", sc.remote, "action", req.Action.String(), "key", req.Key, "reason", err.Error())
+	}
+	sc.finish(req, pr, AnswerFail, 0, false)
+}
+
+// invalid answers '-' to a malformed request; the session goes on.
+func (sc *sessionConn) invalid(req Request, reason error) {
+	sc.s.Logger.Warn("session request rejected", "peer", sc.remote, "action", req.Action.String(), "reason", reason.Error())
+	sc.s.Observer.Request(req.Action, ResultInvalid)
+	sc.answer(req.ID, AnswerFail, 0, nil)
+}
+
+// cancel withdraws the pending Lock id, if there is one; its callback
+// answers it.
+func (sc *sessionConn) cancel(id uint32) {
+	sc.mu.Lock()
+	pr := sc.pending[id]
+	if pr == nil || pr.action != Lock {
+		sc.mu.Unlock()
+		return // names no pending Lock: ignored
+	}
+	p := pr.p
+	if p == nil {
+		pr.canceled = true // its Lock is being queued: it cancels itself
+	}
+	sc.mu.Unlock()
+	if p != nil {
+		p.Cancel()
+	}
+}
+
+// closeSession serves Close: pending Locks are refused, holds released,
+// '+' answered, and the connection closed once written.
+func (sc *sessionConn) closeSession(id uint32) {
+	sc.requests.Wait() // durable requests already started answer first
+	res, err := sc.link.Close()
+	status := AnswerOK
+	if err != nil && !errors.Is(err, locker.ErrJournal) {
+		status = AnswerFail
+	}
+	if err != nil {
+		sc.s.Logger.Warn("session close", "session", sc.link.ID().String(), "peer", sc.remote, "err", err)
+	}
+	sc.s.Observer.Request(Close, resultOf(status))
+	sc.s.Logger.Debug("session closed", "session", sc.link.ID().String(), "released", res.Released, "refused", res.Refused)
+	sc.answer(id, status, 0, nil)
+	sc.mu.Lock()
+	sc.closing = true
+	sc.mu.Unlock()
+	sc.flush()
+}
+
+// answer queues an answer and writes it when the reader is about to wait.
+func (sc *sessionConn) answer(id uint32, status byte, token uint64, g *grantRef) {
+	sc.mu.Lock()
+	sc.queue(id, status, token, g)
+	sc.mu.Unlock()
+}
+
+// queue appends an answer to out; g, if set, is the grant it announces.
+// sc.mu must be held.
+func (sc *sessionConn) queue(id uint32, status byte, token uint64, g *grantRef) {
+	if sc.dead {
+		if g != nil {
+			sc.orphans = append(sc.orphans, *g)
+		}
+		return
+	}
+	sc.out = Answer{ID: id, Status: status, Token: token}.Append(sc.out)
+	if g != nil {
+		g.end = len(sc.out)
+		sc.grants = append(sc.grants, *g)
+	}
+}
+
+// unpend forgets the pending request id if it is still pr. sc.mu must be
+// held.
+func (sc *sessionConn) unpend(id uint32, pr *pendingReq) {
+	if sc.pending[id] == pr {
+		delete(sc.pending, id)
+	}
+}
+
+// wake asks the writer goroutine to flush.
+func (sc *sessionConn) wake() {
+	select {
+	case sc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// closeSoon is the session's closer: the connection is closed once what is
+// queued (the refusals of its pending Locks) is written. It is called by
+// the table without its locks.
+func (sc *sessionConn) closeSoon() {
+	sc.mu.Lock()
+	sc.closing = true
+	sc.mu.Unlock()
+	sc.wake()
+}
+
+// writeLoop is the writer goroutine, owned by serveSession: it flushes
+// answers queued by other goroutines until serve has ended.
+func (sc *sessionConn) writeLoop() {
+	for {
+		select {
+		case <-sc.kick:
+			sc.flush()
+		case <-sc.finished:
+			return
+		}
+	}
+}
+
+// flush writes everything queued, unless another goroutine is writing (it
+// then writes what was queued meanwhile too). A failed write kills the
+// connection; the grants whose answers did not leave are handed on.
+func (sc *sessionConn) flush() {
+	sc.mu.Lock()
+	if sc.writing || sc.dead {
+		sc.mu.Unlock()
+		return
+	}
+	sc.writing = true
+	var lost []grantRef
+	for len(sc.out) > 0 && !sc.dead {
+		buf, grants := sc.out, sc.grants
+		sc.out, sc.grants = sc.spare[:0], nil
+		sc.mu.Unlock()
+		_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.RequestTimeout))
+		n, err := sc.c.Write(buf)
+		sc.mu.Lock()
+		sc.spare = buf
+		if err != nil {
+			// Bytes up to n reached the kernel and may reach the peer: those
+			// grants stand. The rest never left.
+			for _, g := range grants {
+				if g.end > n {
+					lost = append(lost, g)
+				}
+			}
+			sc.s.Logger.Info("session answers not delivered", "peer", sc.remote, "err", err)
+			sc.die()
+		}
+	}
+	sc.writing = false
+	closeNow := sc.closing && !sc.dead
+	if closeNow {
+		sc.die()
+	}
+	sc.mu.Unlock()
+	sc.handBack(lost)
+}
+
+// die marks the connection dead and closes it; what is still queued will
+// never be written. sc.mu must be held.
+func (sc *sessionConn) die() {
+	sc.dead = true
+	sc.orphans = append(sc.orphans, sc.grants...)
+	sc.out, sc.grants = nil, nil
+	sc.c.Close()
+}
+
+// handBack releases grants whose '+' never left: exactly those grants.
+func (sc *sessionConn) handBack(gs []grantRef) {
+	for _, g := range gs {
+		if err := sc.s.Table.Release(g.key, g.token); err != nil && !errors.Is(err, locker.ErrNotHeld) {
+			sc.s.Logger.Warn("could not hand on an undelivered grant", "key", g.key, "err", err)
+		}
+	}
+}
+
+// teardown ends the connection: the session is detached (its pending
+// Locks withdrawn, its holds kept), durable requests finish, and grants
+// whose answers were never written are handed on.
+func (sc *sessionConn) teardown() {
+	sc.mu.Lock()
+	if !sc.dead {
+		sc.die()
+	}
+	sc.mu.Unlock()
+	sc.link.Detach()
+	sc.requests.Wait()
+	// No grant can be queued for this connection any more: its waiters
+	// are withdrawn and its requests done. A flush still writing hands
+	// back the grants of its own buffer when its write fails.
+	sc.mu.Lock()
+	orphans := sc.orphans
+	sc.orphans = nil
+	sc.mu.Unlock()
+	sc.handBack(orphans)
+}

@@ -73,4 +73,3 @@ func (j *Journal) Close() error {
 	}
 	return nil
 }
-

@@ -47,13 +47,13 @@ type sessionConn struct {
 	// mu guards every field below. Table callbacks take it under a key's
 	// mutex, so nothing here calls the Table while holding it.
 	mu       sync.Mutex
-	out      []byte       // answers not yet handed to a write
-	spare    []byte       // the other buffer of the pair
-	grants   []grantRef   // '+' grants in out, by offset
+	out      []byte     // answers not yet handed to a write
+	spare    []byte     // the other buffer of the pair
+	grants   []grantRef // '+' grants in out, by offset
 	pending  map[uint32]*pendingReq
-	writing  bool // a goroutine is writing; it writes until out is empty
-	closing  bool // close once out is written
-	dead     bool // the connection is gone: nothing more is written
+	writing  bool       // a goroutine is writing; it writes until out is empty
+	closing  bool       // close once out is written
+	dead     bool       // the connection is gone: nothing more is written
 	orphans  []grantRef // grants whose answer can no longer be written
 	kick     chan struct{}
 	finished chan struct{} // closed when serve ends: the writer ends

@@ -4,7 +4,11 @@
 #
 # The builder is pinned to a Go patch release, no older than go.mod's go line,
 # so that every build of a given commit compiles with the same toolchain.
-FROM golang:1.26.8 AS build
+# GO_IMAGE names another image with that Go (at /usr/local/go/bin, a shell and
+# mkdir) for machines that cannot pull from a registry; deploy's compose test
+# passes one made from the local Go toolchain.
+ARG GO_IMAGE=golang:1.26.8
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
 
 # Modules first: this layer is reused until go.mod or go.sum change.

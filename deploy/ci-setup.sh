@@ -1,25 +1,73 @@
 #!/usr/bin/env bash
-# Installs what deploy/test.sh needs beyond Go: promtool, from Debian's
-# prometheus package. Idempotent: does nothing when promtool is on PATH.
+# Installs what deploy/test.sh needs beyond Go. Idempotent: each part does
+# nothing when its tool is already there.
+#
+#   promtool        Debian's prometheus package is downloaded (not installed)
+#                   and only its promtool is unpacked, into .ci/tools/bin of
+#                   this repository: no Prometheus server is installed,
+#                   started or enabled.
+#   podman, runc    Debian packages, for the compose test. Debian's podman
+#                   package enables podman.socket and three podman units at
+#                   boot; the ones this install enabled are disabled again
+#                   (units enabled before are left as they were). Nothing is
+#                   started or stopped.
+#   podman-compose  from PyPI, with pip.
 set -euo pipefail
-
-if command -v promtool >/dev/null 2>&1; then
-	echo "ci-setup: $(promtool --version 2>&1 | head -n1)"
-	exit 0
-fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="$root/.ci/tools/bin"
 
 export DEBIAN_FRONTEND=noninteractive
-apt-get -o DPkg::Lock::Timeout=600 update -qq
-apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >/dev/null
+apt_updated=
+apt_update() {
+	[ -n "$apt_updated" ] && return 0
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	apt_updated=1
+}
 
-# Only promtool is wanted. Where the package's init script started a
-# Prometheus server, stop it (and keep it from starting at boot).
-if command -v service >/dev/null 2>&1 && service prometheus status >/dev/null 2>&1; then
-	service prometheus stop || true
-fi
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
-	systemctl disable --now prometheus || true
+# --- promtool
+if command -v promtool >/dev/null 2>&1 || [ -x "$tools/promtool" ]; then
+	echo "ci-setup: $(PATH="$tools:$PATH" promtool --version 2>&1 | head -n1)"
+else
+	apt_update
+	dl=$(mktemp -d)
+	trap 'rm -rf "$dl"' EXIT
+	(cd "$dl" && apt-get -o APT::Sandbox::User=root download -qq prometheus)
+	dpkg-deb -x "$dl"/prometheus_*.deb "$dl/x"
+	mkdir -p "$tools"
+	install -m 0755 "$dl/x/usr/bin/promtool" "$tools/promtool"
+	echo "ci-setup: unpacked $("$tools/promtool" --version 2>&1 | head -n1) into $tools"
 fi
 
-command -v promtool >/dev/null 2>&1 || { echo "ci-setup: promtool still missing after installing prometheus" >&2; exit 1; }
-echo "ci-setup: installed $(promtool --version 2>&1 | head -n1)"
+# --- podman and runc
+# The units Debian's podman package enables when it is installed.
+podman_units=(podman.socket podman.service podman-restart.service podman-auto-update.service podman-auto-update.timer)
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+	was_enabled=()
+	if command -v systemctl >/dev/null 2>&1; then
+		for u in "${podman_units[@]}"; do
+			if systemctl is-enabled --quiet "$u" 2>/dev/null; then was_enabled+=("$u"); fi
+		done
+	fi
+	apt_update
+	apt-get -o DPkg::Lock::Timeout=600 install -y -qq podman runc >/dev/null
+	if command -v systemctl >/dev/null 2>&1; then
+		for u in "${podman_units[@]}"; do
+			# shellcheck disable=SC2076 # literal match on purpose
+			if [[ " ${was_enabled[*]} " =~ " $u " ]]; then continue; fi
+			if systemctl is-enabled --quiet "$u" 2>/dev/null; then
+				systemctl disable --quiet "$u" 2>/dev/null || echo "ci-setup: could not disable $u (enabled by the podman package)" >&2
+			fi
+		done
+	fi
+	echo "ci-setup: installed $(podman --version), $(runc --version | head -n1)"
+else
+	echo "ci-setup: $(podman --version), $(runc --version | head -n1)"
+fi
+
+# --- podman-compose
+if ! command -v podman-compose >/dev/null 2>&1; then
+	python3 -m pip install --quiet --disable-pip-version-check podman-compose ||
+		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages podman-compose
+	hash -r
+fi
+echo "ci-setup: $(podman-compose --version 2>/dev/null | head -n1)"

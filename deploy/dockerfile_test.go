@@ -41,21 +41,35 @@ func parseDockerfile(t *testing.T) image {
 	for _, w := range res.Warnings {
 		t.Errorf("Dockerfile: parser warning: %s", w.Short)
 	}
-	stages, _, err := instructions.Parse(res.AST, nil)
+	stages, metaArgs, err := instructions.Parse(res.AST, nil)
 	if err != nil {
 		t.Fatalf("Dockerfile: %v", err)
 	}
 	if len(stages) == 0 {
 		t.Fatal("Dockerfile: no FROM")
 	}
-	img := image{Stages: len(stages), BuilderBase: stages[0].BaseName, Env: map[string]string{}}
+	// The base images as `docker build` without --build-arg resolves them:
+	// ARGs before the first FROM take their defaults.
+	var defaults []string
+	for _, a := range metaArgs {
+		for _, kv := range a.Args {
+			if kv.Value != nil {
+				defaults = append(defaults, "${"+kv.Key+"}", *kv.Value, "$"+kv.Key, *kv.Value)
+			}
+		}
+	}
+	expand := strings.NewReplacer(defaults...).Replace
+	img := image{Stages: len(stages), BuilderBase: expand(stages[0].BaseName), Env: map[string]string{}}
+	if strings.Contains(img.BuilderBase, "$") {
+		t.Errorf("Dockerfile: builder FROM %q refers to an ARG without a default", stages[0].BaseName)
+	}
 	for _, cmd := range stages[0].Commands {
 		if run, ok := cmd.(*instructions.RunCommand); ok && strings.Contains(strings.Join(run.CmdLine, " "), "go build") {
 			img.BuildRun = strings.Join(run.CmdLine, " ")
 		}
 	}
 	final := stages[len(stages)-1]
-	img.FinalBase = final.BaseName
+	img.FinalBase = expand(final.BaseName)
 	for _, cmd := range final.Commands {
 		switch c := cmd.(type) {
 		case *instructions.UserCommand:

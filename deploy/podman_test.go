@@ -1,0 +1,593 @@
+package deploy
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// This file runs docker-compose.yml for real, on podman with podman-compose
+// (the container engine this machine kind has; it has no Docker engine):
+// the image is built from the repository's Dockerfile, the stack comes up,
+// and what the README promises is checked from outside through the
+// published ports.
+//
+// No container registry is reachable here, so the Dockerfile's builder
+// image (GO_IMAGE) is made from the local Go toolchain and imported, and the
+// build's `go mod download` reads this machine's module cache through a
+// read-only mount (GOPROXY=file://...) instead of the network.
+//
+// Everything podman stores for the test — images, layers, containers,
+// volumes, networks — lives in a storage root of its own under the test's
+// temporary folder, so the machine's own podman images and containers are
+// never seen or touched. The test removes what it made by name (compose
+// down -v, then each container, volume, network and image it created),
+// checks that nothing is left, and only then is the folder deleted.
+
+// podmanStack is one compose project under test.
+type podmanStack struct {
+	t        *testing.T
+	root     string   // repository root: the compose project folder
+	compose  []string // argv of podman-compose, before its own flags
+	env      []string // environment of every podman and podman-compose run
+	project  string   // compose project name, unique to this run
+	version  string   // VERSION given to compose: the image tag and stamped version
+	goImage  string   // the imported builder image
+	modCache string   // host GOMODCACHE, mounted into the build
+	lockAddr string   // published lock port, 127.0.0.1:PORT
+	webAddr  string   // published web port
+	password string   // WEB_PASSWORD given to the server
+}
+
+// rlimitNofile is this process's hard limit of open files.
+func rlimitNofile(t *testing.T) uint64 {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	return lim.Max
+}
+
+// requirePodman returns podman-compose's argv, or skips the test (fails it
+// under CI=true) when podman, runc or podman-compose are missing.
+func requirePodman(t *testing.T) []string {
+	t.Helper()
+	missing := func(what string) {
+		msg := "SKIPPED: " + what + ", so docker-compose.yml was not run on a container engine; deploy/ci-setup.sh installs podman, runc and podman-compose"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if runtime.GOOS != "linux" {
+		missing("not Linux")
+	}
+	if os.Geteuid() != 0 {
+		missing("not root (the test runs podman as root)")
+	}
+	for _, tool := range []string{"podman", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(tool + " not found")
+		}
+	}
+	if p, err := exec.LookPath("podman-compose"); err == nil {
+		return []string{p}
+	}
+	if exec.Command("python3", "-c", "import podman_compose").Run() == nil {
+		return []string{"python3", "-m", "podman_compose"}
+	}
+	missing("podman-compose not found")
+	return nil
+}
+
+func newPodmanStack(t *testing.T) *podmanStack {
+	compose := requirePodman(t)
+	root := repoRoot(t)
+	dir := t.TempDir()
+	s := &podmanStack{
+		t:        t,
+		root:     root,
+		compose:  compose,
+		project:  "lc-composetest-" + strconv.Itoa(os.Getpid()),
+		version:  "composetest-" + strconv.Itoa(os.Getpid()),
+		lockAddr: freePort(t),
+		webAddr:  freePort(t),
+		password: "compose-test-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+	}
+	s.goImage = "localhost/" + s.project + "-go:" + strings.TrimPrefix(runtime.Version(), "go")
+
+	// runc, not crun: crun fails on this kernel's hybrid cgroups. The
+	// ulimits are explicit because podman's defaults (1048576) are above
+	// what an unprivileged sandbox may set.
+	conf := fmt.Sprintf(`[containers]
+default_ulimits = ["nofile=%[2]d:%[2]d", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+tmp_dir = "%[1]s/tmp"
+events_logger = "file"
+events_logfile_path = "%[1]s/events.log"
+[network]
+network_config_dir = "%[1]s/networks"
+`, dir, min(rlimitNofile(t), 1<<20))
+	storage := fmt.Sprintf(`[storage]
+driver = "overlay"
+graphroot = "%[1]s/storage"
+runroot = "%[1]s/run"
+`, dir)
+	for name, body := range map[string]string{"containers.conf": conf, "storage.conf": storage} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the variables docker-compose.yml reads are set, so that the
+	// caller's own VERSION or WEB_PASSWORD cannot change the test.
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"VERSION", "STUCK_AFTER", "WEB_PASSWORD", "LOCK_PORT", "WEB_PORT", "AUTH_TOKEN"}, k) {
+			s.env = append(s.env, kv)
+		}
+	}
+	s.env = append(s.env,
+		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
+		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
+		"VERSION="+s.version,
+		"LOCK_PORT="+s.lockAddr,
+		"WEB_PORT="+s.webAddr,
+		"WEB_PASSWORD="+s.password,
+	)
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatalf("go env GOMODCACHE: %v", err)
+	}
+	s.modCache = strings.TrimSpace(string(out))
+	t.Cleanup(s.teardown)
+	return s
+}
+
+// run runs a command with the stack's environment from the repository root
+// and returns its combined output; it fails the test when the command fails.
+func (s *podmanStack) run(name string, args ...string) string {
+	s.t.Helper()
+	out, err := s.try(name, args...)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (s *podmanStack) try(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = s.root
+	cmd.Env = s.env
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	return buf.String(), err
+}
+
+// composeArgs is podman-compose's argv for one subcommand of this project.
+func (s *podmanStack) composeArgs(sub ...string) []string {
+	args := append(slices.Clone(s.compose[1:]),
+		"-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yml"), "--in-pod", "false",
+		// Docker's image format keeps the Dockerfile's HEALTHCHECK (OCI's
+		// drops it); no intermediate images are kept.
+		"--podman-build-args", strings.Join([]string{
+			"--format", "docker", "--layers=false",
+			"--build-arg", "GO_IMAGE=" + s.goImage,
+			"-v", filepath.Join(s.modCache, "cache", "download") + ":/gomodcache:ro",
+		}, " "),
+	)
+	return append(args, sub...)
+}
+
+func (s *podmanStack) composeRun(sub ...string) string {
+	s.t.Helper()
+	return s.run(s.compose[0], s.composeArgs(sub...)...)
+}
+
+// container is the name of the project's server container.
+func (s *podmanStack) container() string {
+	s.t.Helper()
+	names := strings.Fields(s.run("podman", "ps", "-a", "--format", "{{.Names}}",
+		"--filter", "label=io.podman.compose.project="+s.project,
+		"--filter", "label=com.docker.compose.service="+composeServer))
+	if len(names) != 1 {
+		s.t.Fatalf("want one %s container in project %s, have %q", composeServer, s.project, names)
+	}
+	return names[0]
+}
+
+// importGoImage makes the builder image from the local Go toolchain: GOROOT
+// at /usr/local/go (as in the official golang image), /bin/sh and /bin/mkdir
+// for the Dockerfile's RUN lines, with the shared libraries they load. The
+// module proxy is the host's module cache, which the build mounts.
+func (s *podmanStack) importGoImage() {
+	t := s.t
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	goroot := strings.TrimSpace(string(out))
+
+	pr, pw := io.Pipe()
+	cmd := exec.Command("podman", "import",
+		"--change", "ENV PATH=/usr/local/go/bin:/bin",
+		"--change", "ENV HOME=/root",
+		"--change", "ENV GOTOOLCHAIN=local",
+		"--change", "ENV GOPROXY=file:///gomodcache",
+		"--change", "ENV GOSUMDB=off",
+		"-", s.goImage)
+	cmd.Env, cmd.Stdin = s.env, pr
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	werr := writeGoRootfs(pw, goroot)
+	pw.CloseWithError(werr)
+	if err := cmd.Wait(); err != nil || werr != nil {
+		t.Fatalf("podman import of the builder image: %v, %v\n%s", werr, err, log.String())
+	}
+}
+
+// sharedLibs returns the absolute paths of the libraries ldd says bin loads,
+// its ELF interpreter included.
+func sharedLibs(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "/") {
+			libs = append(libs, f)
+		}
+	}
+	return libs, nil
+}
+
+// writeGoRootfs writes the builder's root file system as a tar stream.
+func writeGoRootfs(w io.Writer, goroot string) error {
+	tw := tar.NewWriter(w)
+	dirs := map[string]bool{}
+	mkdirs := func(p string) error {
+		var parents []string
+		for d := filepath.Dir(p); d != "/" && d != "." && !dirs[d]; d = filepath.Dir(d) {
+			parents = append(parents, d)
+		}
+		for _, d := range slices.Backward(parents) {
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	files := map[string]bool{}
+	addFile := func(src, dst string) error {
+		if files[dst] {
+			return nil // a library that two tools load
+		}
+		files[dst] = true
+		f, err := os.Open(src) // follows symlinks: /bin/sh is dash
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if err := mkdirs(dst); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			return err
+		}
+		_, err = io.Copy(tw, f)
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		mode int64
+	}{{"tmp/", 0o1777}, {"root/", 0o700}} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.name, Mode: d.mode}); err != nil {
+			return err
+		}
+	}
+	for _, tool := range []string{"sh", "mkdir"} {
+		bin, err := exec.LookPath(tool)
+		if err != nil {
+			return err
+		}
+		libs, err := sharedLibs(bin)
+		if err != nil {
+			return err
+		}
+		if err := addFile(bin, "/bin/"+tool); err != nil {
+			return err
+		}
+		for _, lib := range libs {
+			if err := addFile(lib, lib); err != nil {
+				return err
+			}
+		}
+	}
+	err := filepath.WalkDir(goroot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(goroot, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join("/usr/local/go", rel)
+		switch {
+		case d.IsDir():
+			if err := mkdirs(dst + "/x"); err != nil {
+				return err
+			}
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(dst, "/"), Linkname: target, Mode: 0o777})
+		case d.Type().IsRegular():
+			return addFile(p, dst)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("GOROOT %s: %w", goroot, err)
+	}
+	return tw.Close()
+}
+
+// getWeb GETs a path of the published web port, with basic auth when auth
+// is set, and returns the status and body.
+func (s *podmanStack) getWeb(path string, auth bool) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.webAddr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if auth {
+		req.SetBasicAuth("admin", s.password)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// awaitReady waits until the published /readyz answers 200: the container
+// runs, its log is replayed, and the port forwarding works.
+func (s *podmanStack) awaitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		code, _, err := s.getWeb("/readyz", false)
+		if err == nil && code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			logs, _ := s.try("podman", "logs", s.container())
+			s.t.Fatalf("GET http://%s/readyz: %d, %v after 90s; container log:\n%s", s.webAddr, code, err, logs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// health is the container's health status as podman records it.
+func (s *podmanStack) health() string {
+	s.t.Helper()
+	var st []struct {
+		State struct {
+			Health      *struct{ Status string }
+			Healthcheck *struct{ Status string }
+		}
+	}
+	out := s.run("podman", "container", "inspect", s.container())
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 {
+		s.t.Fatalf("podman container inspect: %v\n%s", err, out)
+	}
+	switch {
+	case st[0].State.Health != nil && st[0].State.Health.Status != "":
+		return st[0].State.Health.Status
+	case st[0].State.Healthcheck != nil:
+		return st[0].State.Healthcheck.Status
+	}
+	return ""
+}
+
+// awaitHealthy runs the container's healthcheck until podman records it
+// healthy. Podman schedules healthchecks with systemd timers; this machine
+// has no systemd, so the test runs each check itself, at the compose file's
+// interval at most, as the timer would.
+func (s *podmanStack) awaitHealthy() {
+	s.t.Helper()
+	ctr := s.container()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := s.try("podman", "healthcheck", "run", ctr)
+		status := s.health()
+		if err == nil && status == "healthy" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("container %s not healthy after 60s: status %q, last check: %v %s", ctr, status, err, out)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// heldBy returns the source that holds key, per the JSON API, or "".
+func (s *podmanStack) heldBy(key string) string {
+	s.t.Helper()
+	code, body, err := s.getWeb("/api/v1/keys/"+url.PathEscape(key), true)
+	if err != nil {
+		s.t.Fatalf("GET /api/v1/keys/%s: %v", key, err)
+	}
+	if code == http.StatusNotFound {
+		return ""
+	}
+	var k struct{ Key, Source string }
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &k) != nil || k.Key != key {
+		s.t.Fatalf("GET /api/v1/keys/%s: %d %s", key, code, body)
+	}
+	return k.Source
+}
+
+func (s *podmanStack) startedAt() string {
+	s.t.Helper()
+	return strings.TrimSpace(s.run("podman", "container", "inspect", "--format", "{{.State.StartedAt}}", s.container()))
+}
+
+// teardown removes, by name, everything the test made, then checks that the
+// test's podman storage holds nothing more.
+func (s *podmanStack) teardown() {
+	t := s.t
+	if out, err := s.try(s.compose[0], s.composeArgs("down", "-v")...); err != nil {
+		t.Errorf("compose down -v: %v\n%s", err, out)
+	}
+	// What compose down may have left, each by the name compose gave it.
+	if ids, _ := s.try("podman", "ps", "-a", "-q", "--filter", "label=io.podman.compose.project="+s.project); strings.TrimSpace(ids) != "" {
+		s.try("podman", append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
+	}
+	for _, v := range []string{s.project + "_locks", s.project + "_prometheus"} {
+		if _, err := s.try("podman", "volume", "exists", v); err == nil {
+			s.try("podman", "volume", "rm", "-f", v)
+		}
+	}
+	if _, err := s.try("podman", "network", "exists", s.project+"_default"); err == nil {
+		s.try("podman", "network", "rm", "-f", s.project+"_default")
+	}
+	for _, img := range []string{"localhost/locking-center:" + s.version, s.goImage} {
+		if _, err := s.try("podman", "image", "exists", img); err == nil {
+			if out, err := s.try("podman", "rmi", img); err != nil {
+				t.Errorf("podman rmi %s: %v\n%s", img, err, out)
+			}
+		}
+	}
+	for _, list := range [][]string{{"ps", "-a", "-q"}, {"volume", "ls", "-q"}, {"images", "-a", "-q"}, {"network", "ls", "-q", "--filter", "name=" + s.project}} {
+		if out, err := s.try("podman", list...); err != nil || strings.TrimSpace(out) != "" {
+			t.Errorf("after teardown, podman %s: %v %q", strings.Join(list, " "), err, out)
+		}
+	}
+}
+
+var versionLine = regexp.MustCompile(`(?m)^locking-center (\S+)$`)
+
+// TestComposeOnPodman builds the image from the Dockerfile and brings up
+// docker-compose.yml for real, as the README's recipe does
+// (VERSION=… docker compose up -d --build, here with podman-compose), with
+// WEB_PASSWORD set; then checks the lock port, the dashboard and /metrics
+// (behind basic auth), the healthcheck, and that a held key survives
+// `compose restart` and `compose down` + `up` with its volume.
+func TestComposeOnPodman(t *testing.T) {
+	s := newPodmanStack(t)
+	s.run("go", "mod", "download") // the build reads the module cache, not the network
+	s.importGoImage()
+
+	start := time.Now()
+	s.composeRun("up", "-d", "--build")
+	t.Logf("compose up --build: %v", time.Since(start).Round(time.Second))
+	s.awaitReady()
+	ctr := s.container()
+
+	t.Run("image is the VERSION built", func(t *testing.T) {
+		img := strings.TrimSpace(s.run("podman", "container", "inspect", "--format", "{{.ImageName}}", ctr))
+		if want := "locking-center:" + s.version; !strings.HasSuffix(img, want) {
+			t.Errorf("container runs image %q, want %s", img, want)
+		}
+		m := versionLine.FindStringSubmatch(s.run("podman", "exec", ctr, binaryPath, "version"))
+		if m == nil || m[1] != s.version {
+			t.Errorf("%s version in the container: %q, want %s", binaryPath, m, s.version)
+		}
+		hc := s.run("podman", "image", "inspect", "--format", "{{json .Config.Healthcheck}}", "localhost/locking-center:"+s.version)
+		if !strings.Contains(hc, binaryPath) || !strings.Contains(hc, "healthcheck") {
+			t.Errorf("image healthcheck %s, want the Dockerfile's HEALTHCHECK", hc)
+		}
+	})
+
+	const key = "deploy/prod"
+	t.Run("lock port", func(t *testing.T) {
+		if a, err := lockRequest(s.lockAddr, actionTryLock, key); err != nil || a != '+' {
+			t.Fatalf("TryLock %s through %s: %q, %v; want '+'", key, s.lockAddr, a, err)
+		}
+		if a, err := lockRequest(s.lockAddr, actionTryLock, key); err != nil || a != '#' {
+			t.Errorf("second TryLock %s: %q, %v; want '#'", key, a, err)
+		}
+		if got := s.heldBy(key); got == "" {
+			t.Errorf("the JSON API does not show %s held", key)
+		}
+	})
+
+	t.Run("dashboard and metrics", func(t *testing.T) {
+		for _, p := range []string{"/", "/metrics"} {
+			if code, _, err := s.getWeb(p, false); err != nil || code != http.StatusUnauthorized {
+				t.Errorf("GET %s without the password: %d, %v; want 401 (WEB_PASSWORD is set)", p, code, err)
+			}
+		}
+		code, body, err := s.getWeb("/", true)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, key) {
+			t.Errorf("GET / with the password: %d, %v; want 200 listing %s", code, err, key)
+		}
+		code, body, err = s.getWeb("/metrics", true)
+		if err != nil || code != http.StatusOK || !regexp.MustCompile(`(?m)^locking_center_held_keys 1$`).MatchString(body) {
+			t.Errorf("GET /metrics with the password: %d, %v; want 200 with locking_center_held_keys 1", code, err)
+		}
+	})
+
+	t.Run("healthcheck turns healthy", func(t *testing.T) { s.awaitHealthy() })
+
+	t.Run("held key survives compose restart", func(t *testing.T) {
+		before := s.startedAt()
+		s.composeRun("restart")
+		s.awaitReady()
+		if after := s.startedAt(); after == before {
+			t.Fatalf("container start time %s unchanged: compose restart did not restart it", after)
+		}
+		if s.heldBy(key) == "" {
+			t.Errorf("%s no longer held after compose restart", key)
+		}
+	})
+
+	t.Run("held key survives compose down and up with its volume", func(t *testing.T) {
+		s.composeRun("down")
+		if out, err := s.try("podman", "volume", "exists", s.project+"_locks"); err != nil {
+			t.Fatalf("volume %s_locks gone after compose down (without -v): %v %s", s.project, err, out)
+		}
+		s.composeRun("up", "-d")
+		s.awaitReady()
+		if s.heldBy(key) == "" {
+			t.Errorf("%s no longer held after compose down and up", key)
+		}
+		if a, err := lockRequest(s.lockAddr, actionUnlock, key); err != nil || a != '+' {
+			t.Errorf("Unlock %s: %q, %v; want '+'", key, a, err)
+		}
+	})
+}

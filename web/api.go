@@ -79,34 +79,42 @@ func rawBase64(s string) string {
 	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
+// The JSON list's page size: without ?limit= a page holds DefaultLimit
+// keys, and a larger ?limit= is lowered to MaxLimit. The limit applied is
+// sent in the X-Limit header.
+const (
+	DefaultLimit = 1000
+	MaxLimit     = 10000
+)
+
 // apiList serves GET /api/v1/keys: held keys in bytewise key order.
 // ?prefix= keeps keys that start with it; ?limit=N returns at most N keys
-// and, when more follow, a Link header (rel="next") whose ?after= cursor
-// continues after the last key returned. Without limit every key is
-// returned.
+// (DefaultLimit without it, at most MaxLimit) and, when more follow, a Link
+// header (rel="next") whose ?after= cursor continues after the last key
+// of the page.
 func (s *server) apiList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	sel := selection{filter: filter{Prefix: q.Get("prefix"), After: q.Get("after")}, Order: byKey, Keep: -1}
+	sel := selection{filter: filter{Prefix: q.Get("prefix"), After: q.Get("after")}, Order: byKey, Limit: DefaultLimit}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			s.apiFail(w, r, http.StatusBadRequest, fmt.Errorf("limit=%q: want a whole number of at least 1", v))
 			return
 		}
-		sel.Keep = n
+		sel.Limit = min(n, MaxLimit)
 	}
-	snap := s.walk(sel, s.now())
-	rows := snap.Rows
-	if sel.Keep > 0 && snap.Matched > sel.Keep {
-		next := url.Values{"limit": {strconv.Itoa(sel.Keep)}, "after": {rows[len(rows)-1].Key}}
+	v := s.view(sel, s.now())
+	w.Header().Set("X-Limit", strconv.Itoa(sel.Limit))
+	if v.More {
+		next := url.Values{"limit": {strconv.Itoa(sel.Limit)}, "after": {v.Last}}
 		if sel.Prefix != "" {
 			next.Set("prefix", sel.Prefix)
 		}
 		w.Header().Set("Link", fmt.Sprintf("</api/v1/keys?%s>; rel=\"next\"", next.Encode()))
 	}
-	out := make([]APIKey, len(rows))
-	for i := range rows {
-		out[i] = apiKeyOf(&rows[i])
+	out := make([]APIKey, len(v.Rows))
+	for i := range v.Rows {
+		out[i] = apiKeyOf(&v.Rows[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }

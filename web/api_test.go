@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,46 +220,95 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-func TestRowSelection(t *testing.T) {
-	var all []locker.KeyInfo
+// TestCatalogPick compares every kind of selection with a plain filter
+// and sort of the same keys.
+func TestCatalogPick(t *testing.T) {
+	table := locker.New(locker.Options{})
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	type held struct {
+		key, source string
+		since       time.Time
+	}
+	var all []held
 	for i := range 1000 {
 		n := (i * 7919) % 1000 // a permutation: arrival order is not key order
-		all = append(all, locker.KeyInfo{Key: fmt.Sprintf("k%04d", n), Since: base.Add(time.Duration(n%10) * time.Second)})
+		h := held{fmt.Sprintf("k%d/%04d", n%3, n), fmt.Sprintf("src-%d", n%7), base.Add(time.Duration(n%10) * time.Second)}
+		all = append(all, h)
+		if err := table.Restore(h.key, locker.Holder{Source: h.source}, h.since); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, o := range []order{byKey, byAge} {
-		want := slices.Clone(all)
-		slices.SortFunc(want, func(a, b locker.KeyInfo) int { return o.compare(&a, &b) })
-		for _, keep := range []int{1, 100, 999, 1000, 5000, -1} {
-			h := rowHeap{order: o, keep: keep}
-			for i := range all {
-				h.offer(&all[i])
+	stuckBefore := base.Add(4 * time.Second)
+	c := buildCatalog(table, stuckBefore)
+	if c.stuck != 500 || !c.oldest.Equal(base) || len(c.entries) != 1000 {
+		t.Fatalf("catalog figures: stuck %d, oldest %v, %d entries", c.stuck, c.oldest, len(c.entries))
+	}
+	filters := []filter{{}, {Prefix: "k1/"}, {Prefix: "k1/", After: "k1/0500"}, {After: "k2/0900"}, {Key: "/00"},
+		{Source: "src-3"}, {Stuck: true}, {Key: "5", Source: "src-1", Stuck: true}, {Prefix: "zz"}, {Prefix: "k0/", Key: "9"}}
+	for _, f := range filters {
+		for _, o := range []order{byKey, byAge} {
+			var want []held
+			for _, h := range all {
+				if strings.HasPrefix(h.key, f.Prefix) && (f.After == "" || h.key > f.After) && strings.Contains(h.key, f.Key) &&
+					strings.Contains(h.source, f.Source) && (!f.Stuck || !h.since.After(stuckBefore)) {
+					want = append(want, h)
+				}
 			}
-			got := h.sorted()
-			n := len(want)
-			if keep >= 0 {
-				n = min(keep, len(want))
-			}
-			if len(got) != n {
-				t.Fatalf("heap keep %d: %d rows", keep, len(got))
-			}
-			for i := range got {
-				if got[i].Key != want[i].Key {
-					t.Fatalf("heap keep %d: row %d is %s, want %s", keep, i, got[i].Key, want[i].Key)
+			slices.SortFunc(want, func(a, b held) int {
+				if o == byAge {
+					if c := a.since.Compare(b.since); c != 0 {
+						return c
+					}
+				}
+				return strings.Compare(a.key, b.key)
+			})
+			for _, r := range [][2]int{{0, 100}, {900, 100}, {450, 7}, {990, 2000}, {0, 1000}, {999, 1}, {5000, 100}} {
+				for _, last := range []bool{false, true} {
+					sel := selection{filter: f, Order: o, Skip: r[0], Limit: r[1], LastPage: last}
+					got, matched, skip := c.pick(sel, stuckBefore)
+					wantSkip := r[0]
+					if last && wantSkip >= len(want) && len(want) > 0 {
+						wantSkip = (len(want) - 1) / r[1] * r[1]
+					}
+					if matched != len(want) || skip != wantSkip {
+						t.Fatalf("%+v %v %v: matched %d skip %d, want %d %d", f, o, r, matched, skip, len(want), wantSkip)
+					}
+					w := want[min(wantSkip, len(want)):min(wantSkip+r[1], len(want))]
+					if len(got) != len(w) {
+						t.Fatalf("%+v %v %v last=%v: %d rows, want %d", f, o, r, last, len(got), len(w))
+					}
+					for i := range got {
+						if got[i].key != w[i].key {
+							t.Fatalf("%+v %v %v: row %d is %s, want %s", f, o, r, i, got[i].key, w[i].key)
+						}
+					}
 				}
 			}
 		}
-		for _, r := range [][2]int{{0, 100}, {900, 1000}, {450, 550}, {990, 2000}, {0, 0}, {0, 1000}, {999, 1000}} {
-			got := selectRange(slices.Clone(all), r[0], r[1], o)
-			if len(got) != min(r[1], 1000)-r[0] {
-				t.Fatalf("range %v: %d rows", r, len(got))
-			}
-			for i := range got {
-				if got[i].Key != want[r[0]+i].Key {
-					t.Fatalf("range %v: row %d is %s, want %s", r, i, got[i].Key, want[r[0]+i].Key)
-				}
-			}
-		}
+	}
+}
+
+// TestAPIListLimits: without ?limit a page holds DefaultLimit keys, a
+// larger limit is lowered to MaxLimit, and X-Limit says which applied.
+func TestAPIListLimits(t *testing.T) {
+	f := newFixture(t)
+	for i := range DefaultLimit + 5 {
+		f.hold(fmt.Sprintf("k%05d", i), "s", time.Second)
+	}
+	w := f.do("GET", "/api/v1/keys", "")
+	if n := len(decode[[]APIKey](t, w.Body.String())); n != DefaultLimit || w.Header().Get("X-Limit") != "1000" {
+		t.Fatalf("no limit: %d keys, X-Limit %q", n, w.Header().Get("X-Limit"))
+	}
+	if link := w.Header().Get("Link"); link != `</api/v1/keys?after=k00999&limit=1000>; rel="next"` {
+		t.Fatalf("Link: %q", link)
+	}
+	w = f.do("GET", "/api/v1/keys?after=k00999&limit=1000", "")
+	if n := len(decode[[]APIKey](t, w.Body.String())); n != 5 || w.Header().Get("Link") != "" {
+		t.Fatalf("second page: %d keys, Link %q", n, w.Header().Get("Link"))
+	}
+	w = f.do("GET", "/api/v1/keys?limit=1000000", "")
+	if n := len(decode[[]APIKey](t, w.Body.String())); n != DefaultLimit+5 || w.Header().Get("X-Limit") != strconv.Itoa(MaxLimit) {
+		t.Fatalf("limit over the maximum: %d keys, X-Limit %q", n, w.Header().Get("X-Limit"))
 	}
 }
 

@@ -179,13 +179,13 @@ func (m *Metrics) refresh() {
 		return
 	}
 	now := s.now()
-	snap := s.walk(selection{}, now)
-	m.held.Set(float64(snap.Held))
-	m.waiters.Set(float64(snap.Waiting))
-	m.stuck.Set(float64(snap.Stuck))
+	v := s.view(selection{}, now) // the figures only, no rows
+	m.held.Set(float64(v.Held))
+	m.waiters.Set(float64(v.Waiting))
+	m.stuck.Set(float64(v.Stuck))
 	age := 0.0
-	if !snap.Oldest.IsZero() {
-		age = max(now.Sub(snap.Oldest).Seconds(), 0)
+	if !v.Oldest.IsZero() {
+		age = max(now.Sub(v.Oldest).Seconds(), 0)
 	}
 	m.oldest.Set(age)
 	if s.opts.Connections != nil {

@@ -159,42 +159,36 @@ func (s *server) dashboardData(q query, now time.Time) dashData {
 		order = byAge
 	}
 	sel := selection{
-		filter: filter{Key: q.Key, Source: q.Source, Stuck: q.Stuck},
-		Order:  order,
-		Skip:   (q.Page - 1) * PageSize,
-		Keep:   q.Page * PageSize,
+		filter:   filter{Key: q.Key, Source: q.Source, Stuck: q.Stuck},
+		Order:    order,
+		Skip:     (q.Page - 1) * PageSize,
+		Limit:    PageSize,
+		LastPage: true, // past the end (the keys went away, or a hand-made URL): the last page
 	}
-	snap := s.walk(sel, now)
+	v := s.view(sel, now)
 	d := dashData{
 		chrome:  chrome{Title: "Held keys", Version: s.opts.Version, Live: true},
-		Totals:  s.totals(snap, now),
+		Totals:  s.totals(v, now),
 		Query:   q,
-		Matched: snap.Matched,
-		Pages:   max(1, (snap.Matched+PageSize-1)/PageSize),
+		Matched: v.Matched,
+		Pages:   max(1, (v.Matched+PageSize-1)/PageSize),
+		First:   v.Skip + 1,
 	}
-	if q.Page > d.Pages {
-		// Past the end (the keys went away, or a hand-made URL): show
-		// the last page, which needs a second walk.
-		d.Query.Page = d.Pages
-		sel.Skip, sel.Keep = (d.Pages-1)*PageSize, d.Pages*PageSize
-		snap = s.walk(sel, now)
-	}
-	visible := snap.Rows
-	d.First = sel.Skip + 1
-	d.Rows = make([]row, len(visible))
-	for i := range visible {
-		d.Rows[i] = s.rowOf(&visible[i], now)
+	d.Query.Page = v.Skip/PageSize + 1
+	d.Rows = make([]row, len(v.Rows))
+	for i := range v.Rows {
+		d.Rows[i] = s.rowOf(&v.Rows[i], now)
 	}
 	return d
 }
 
-func (s *server) totals(snap snapshot, now time.Time) totals {
+func (s *server) totals(v view, now time.Time) totals {
 	t := totals{
-		Held: snap.Held, Waiting: snap.Waiting, Stuck: snap.Stuck, StuckAfter: s.opts.StuckAfter,
+		Held: v.Held, Waiting: v.Waiting, Stuck: v.Stuck, StuckAfter: s.opts.StuckAfter,
 		Uptime: now.Sub(s.started), Persistent: s.opts.Persistent, LogSize: -1,
 	}
-	if !snap.Oldest.IsZero() {
-		t.OldestHold = now.Sub(snap.Oldest)
+	if !v.Oldest.IsZero() {
+		t.OldestHold = now.Sub(v.Oldest)
 	}
 	if s.opts.Persistent && s.opts.LogStats != nil {
 		t.LogSize = s.opts.LogStats().SizeBytes
@@ -273,12 +267,7 @@ func (s *server) confirmResetSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := confirmData{chrome: chrome{Title: "Reset source " + shown(source), Version: s.opts.Version}, By: "source", Name: source}
-	s.opts.Table.Each(func(ki locker.KeyInfo) bool {
-		if ki.Holder.Source == source {
-			d.Keys++
-		}
-		return true
-	})
+	d.Keys = s.catalogs.get(s.now().Add(-s.opts.StuckAfter)).countSource(source)
 	s.render(w, r, http.StatusOK, confirmPage(d))
 }
 

@@ -55,6 +55,8 @@ type Options struct {
 
 	// now is the clock; tests replace it.
 	now func() time.Time
+	// exactBelow overrides the package's exactBelow; tests lower it.
+	exactBelow int
 }
 
 // LogStats are the write-ahead log's figures, as the web package needs them.
@@ -69,13 +71,14 @@ type LogStats struct {
 
 // server is the handler returned by New.
 type server struct {
-	opts    Options
-	started time.Time
-	log     *slog.Logger
-	metrics *Metrics
-	mux     *http.ServeMux
-	handler http.Handler
-	hosts   hostPolicy
+	opts     Options
+	started  time.Time
+	log      *slog.Logger
+	metrics  *Metrics
+	mux      *http.ServeMux
+	handler  http.Handler
+	hosts    hostPolicy
+	catalogs *catalogs
 	// flashKey signs the outcome of an action in the redirect after it.
 	flashKey [32]byte
 
@@ -103,6 +106,10 @@ func New(opts Options) http.Handler {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if opts.exactBelow == 0 {
+		opts.exactBelow = exactBelow
+	}
+	s.catalogs = &catalogs{table: opts.Table, exactBelow: opts.exactBelow}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(MetricsOptions{WAL: opts.Persistent})
 	}

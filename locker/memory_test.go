@@ -48,13 +48,13 @@ func TestMillionKeysLeaveNoTrace(t *testing.T) {
 	ctx := context.Background()
 	h := Holder{Source: "svc", Remote: "127.0.0.1:5000"}
 	for _, k := range keys {
-		if err := tb.Lock(ctx, k, h); err != nil {
+		if _, err := tb.Lock(ctx, k, h); err != nil {
 			t.Fatal(err)
 		}
 	}
 	peakHeap := heapInUse()
 	for _, k := range keys {
-		if err := tb.Unlock(k); err != nil {
+		if _, err := tb.Unlock(k); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,7 +85,7 @@ func BenchmarkHeldKeyMemory(b *testing.B) {
 		for _, k := range keys {
 			// Fresh strings per key, as the server gets them off the wire.
 			h := Holder{Source: strings.Clone("svc-a"), Remote: strings.Clone("127.0.0.1:54321")}
-			if err := tb.Lock(ctx, strings.Clone(k), h); err != nil {
+			if _, err := tb.Lock(ctx, strings.Clone(k), h); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -102,10 +102,10 @@ func BenchmarkLockUnlock(b *testing.B) {
 	h := Holder{Source: "svc"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := tb.Lock(ctx, "k", h); err != nil {
+		if _, err := tb.Lock(ctx, "k", h); err != nil {
 			b.Fatal(err)
 		}
-		if err := tb.Unlock("k"); err != nil {
+		if _, err := tb.Unlock("k"); err != nil {
 			b.Fatal(err)
 		}
 	}

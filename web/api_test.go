@@ -234,7 +234,7 @@ func TestCatalogPick(t *testing.T) {
 		n := (i * 7919) % 1000 // a permutation: arrival order is not key order
 		h := held{fmt.Sprintf("k%d/%04d", n%3, n), fmt.Sprintf("src-%d", n%7), base.Add(time.Duration(n%10) * time.Second)}
 		all = append(all, h)
-		if err := table.Restore(h.key, locker.Holder{Source: h.source}, h.since); err != nil {
+		if _, err := table.Restore(h.key, locker.Holder{Source: h.source}, 0, h.since, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

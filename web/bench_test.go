@@ -20,7 +20,7 @@ func bigTable(tb testing.TB, n int) (*locker.Table, http.Handler) {
 	for i := range n {
 		key := fmt.Sprintf("tenant-%03d/job/%07d", i%977, i)
 		h := locker.Holder{Source: fmt.Sprintf("worker-%02d", i%50), Remote: "10.0.0.1:40000"}
-		if err := table.Restore(key, h, now.Add(-time.Duration(i%7200)*time.Second)); err != nil {
+		if _, err := table.Restore(key, h, 0, now.Add(-time.Duration(i%7200)*time.Second), 0); err != nil {
 			tb.Fatal(err)
 		}
 	}

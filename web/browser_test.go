@@ -129,7 +129,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		{`<img src=x onerror="document.title='pwned'">`, "fuzzer", "10.0.9.9:40404", 2 * time.Minute},
 	}
 	for _, r := range restored {
-		if err := s.table.Restore(r.key, locker.Holder{Source: r.source, Remote: r.remote}, now.Add(-r.age)); err != nil {
+		if _, err := s.table.Restore(r.key, locker.Holder{Source: r.source, Remote: r.remote}, 0, now.Add(-r.age), 0); err != nil {
 			t.Fatal(err)
 		}
 	}

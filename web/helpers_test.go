@@ -54,7 +54,7 @@ func newFixture(t *testing.T, mod ...func(*Options)) *fixture {
 // hold makes source hold key since the given age before the fixture's now.
 func (f *fixture) hold(key, source string, age time.Duration) {
 	f.t.Helper()
-	if err := f.table.Restore(key, locker.Holder{Source: source, Remote: "10.0.0.1:5000"}, f.now.Add(-age)); err != nil {
+	if _, err := f.table.Restore(key, locker.Holder{Source: source, Remote: "10.0.0.1:5000"}, 0, f.now.Add(-age), 0); err != nil {
 		f.t.Fatalf("restore %q: %v", key, err)
 	}
 }
@@ -68,9 +68,9 @@ func (f *fixture) wait(key, source string) {
 		before = ki.Waiters
 	}
 	f.waiters.Go(func() {
-		err := f.table.Lock(context.Background(), key, locker.Holder{Source: source, Remote: "10.0.0.2:6000"})
+		_, err := f.table.Lock(context.Background(), key, locker.Holder{Source: source, Remote: "10.0.0.2:6000"})
 		if err == nil {
-			_ = f.table.Unlock(key)
+			_, _ = f.table.Unlock(key)
 		}
 		f.errs <- err
 	})

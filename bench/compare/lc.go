@@ -41,16 +41,23 @@ type v1Client struct {
 }
 
 func (c *v1Client) Lock(ctx context.Context, key string) error {
-	return c.do(ctx, actLock, key)
+	return c.do(ctx, actLock, key, nil)
+}
+
+// LockSent is Lock, calling sent once connected, just before the frame is
+// written: v1 begins to wait in the queue when its frame arrives, not when
+// it starts to connect.
+func (c *v1Client) LockSent(ctx context.Context, key string, sent func()) error {
+	return c.do(ctx, actLock, key, sent)
 }
 
 func (c *v1Client) Unlock(ctx context.Context, key string) error {
-	return c.do(ctx, actUnlock, key)
+	return c.do(ctx, actUnlock, key, nil)
 }
 
 func (c *v1Client) Close() error { return nil }
 
-func (c *v1Client) do(ctx context.Context, action byte, key string) error {
+func (c *v1Client) do(ctx context.Context, action byte, key string, sent func()) error {
 	conn, err := c.dialer.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("v1 connect: %w", err)
@@ -64,6 +71,9 @@ func (c *v1Client) do(ctx context.Context, action byte, key string) error {
 	c.frame = append(c.frame, key...)
 	c.frame = append(c.frame, byte(len(c.source)))
 	c.frame = append(c.frame, c.source...)
+	if sent != nil {
+		sent()
+	}
 	if _, err := conn.Write(c.frame); err != nil {
 		return fmt.Errorf("v1 write: %w", err)
 	}

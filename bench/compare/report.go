@@ -278,7 +278,7 @@ func (r *report) markdown(chart string) string {
 	}
 
 	p("\n## C: %d clients on one key\n\n", nC)
-	p("Each client locks the key, holds it for %v (a sleep; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
+	p("Each client locks the key, holds it for %v (nanosleep(2), then a busy wait that yields for its last 80 µs: a Go timer's sleep lasts a millisecond here; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
 	p("Handover: from the holder starting to send its release to the next holder's grant arriving. ")
 	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares; median of the rounds). ")
 	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds.\n\n")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -176,6 +178,30 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// holdFor returns hold after since. It sleeps in nanosleep(2) for all but
+// the last spinSlack of it and waits busily, yielding to other goroutines,
+// for the rest: a Go timer's sleep lasts about a millisecond on Linux however
+// short it is asked to be (the runtime's poller waits in whole
+// milliseconds), and nanosleep(2) oversleeps by the thread's 50 µs timer
+// slack; a busy wait alone would take a core from the servers.
+func holdFor(since time.Time, hold time.Duration) {
+	const spinSlack = 80 * time.Microsecond
+	if left := hold - time.Since(since) - spinSlack; left > 0 {
+		ts := syscall.NsecToTimespec(int64(left))
+		_ = syscall.Nanosleep(&ts, nil) // EINTR only shortens the sleep; the spin makes it up
+	}
+	for time.Since(since) < hold {
+		runtime.Gosched()
+	}
+}
+
+// lockSender is a client whose Lock can tell when its request is on its
+// way: v1, whose Lock connects first. A client on a connection already open
+// sends at once, and begins to wait when Lock is called.
+type lockSender interface {
+	LockSent(ctx context.Context, key string, sent func()) error
+}
+
 // hotKey is workload C's shared record of one key's turns. Its mutex is
 // taken only around bookkeeping, never while a client talks to a server.
 type hotKey struct {
@@ -210,10 +236,19 @@ func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time
 	for i, c := range clients {
 		wg.Go(func() {
 			for phase.Load() != phaseStop {
-				h.mu.Lock()
-				h.q.Wait(i)
-				h.mu.Unlock()
-				if err := c.Lock(ctx, key); err != nil {
+				wait := func() {
+					h.mu.Lock()
+					h.q.Wait(i)
+					h.mu.Unlock()
+				}
+				var err error
+				if ls, ok := c.(lockSender); ok {
+					err = ls.LockSent(ctx, key, wait)
+				} else {
+					wait()
+					err = c.Lock(ctx, key)
+				}
+				if err != nil {
 					fail(i, err)
 					return
 				}
@@ -229,7 +264,7 @@ func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time
 					h.overtakes += overtaken
 				}
 				h.mu.Unlock()
-				time.Sleep(hold)
+				holdFor(granted, hold)
 				h.mu.Lock()
 				h.lastRelease = time.Now()
 				if counting {

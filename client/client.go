@@ -1,15 +1,35 @@
-// Package client is the Go client of Locking-Center.
+// Package client is the Go client of Locking-Center. It offers two ways
+// to talk to a server.
 //
-// Every call opens one TCP connection, sends one frame, reads the one-byte
-// answer and closes. Lock blocks until the key is granted; cancelling its
-// context hangs up, and the server withdraws the waiter from the queue; a
-// grant that crossed the hang-up is unlocked again, so giving up never
-// leaves a ghost behind.
+// A Client speaks v1: every call opens one TCP connection, sends one
+// frame, reads the one-byte answer and closes. Lock blocks until the key is
+// granted; cancelling its context hangs up, and the server withdraws the
+// waiter from the queue; a grant that crossed the hang-up is unlocked
+// again, so giving up never leaves a ghost behind. A v1 hold has no owner:
+// it stays until someone unlocks or resets the key.
 //
 //	c := client.New("localhost:22119", client.WithSource("billing"))
 //	err := c.Do(ctx, "invoices/2026-11", func() error {
 //		return closeTheMonth()
 //	})
+//
+// A Session (NewSession) is one connection shared by many goroutines, on
+// which every grant has a fencing token and belongs to the session: Unlock
+// releases this session's grant only, and the holds end with the session
+// (Close, or one TTL after the program stopped being heard from). The
+// session pings and resumes by itself and tells the program, through Done
+// and Err, when it was lost.
+//
+//	s, err := client.NewSession(ctx, "localhost:22119", client.WithTTL(15*time.Second))
+//	...
+//	err = s.Do(ctx, "invoices/2026-11", func(ctx context.Context, token uint64) error {
+//		return closeTheMonth(ctx, token) // ctx ends if the session is lost
+//	})
+//
+// Guarantees of both: a request that was not sent is never reported as
+// done; an Unlock or reset whose answer was lost is never sent again, it
+// returns ErrOutcomeUnknown; a call that returns an error from Lock or
+// TryLock leaves nothing held; Do unlocks when its function panics.
 package client
 
 import (
@@ -17,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
@@ -47,27 +68,54 @@ const DefaultAddress = "localhost:22119"
 // Client talks to one server. It holds no connection between calls and is
 // safe for concurrent use.
 type Client struct {
-	address     string
-	source      string
-	dialTimeout time.Duration
-	dialer      net.Dialer
+	address string
+	config
+	dialer net.Dialer
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// config is what the options set, for a Client and a Session alike.
+type config struct {
+	source      string
+	dialTimeout time.Duration
+	ttl         time.Duration
+	auth        string
+	logger      *slog.Logger
+	// dial replaces the session's dialer in the package's tests.
+	dial func(ctx context.Context, address string) (net.Conn, error)
+}
+
+func defaultConfig() config {
+	return config{dialTimeout: 5 * time.Second, logger: slog.New(slog.DiscardHandler)}
+}
+
+// Option configures a Client or a Session.
+type Option func(*config)
 
 // WithSource names the requester (a service or host name, at most 127
 // bytes). Without it the server uses the client's IP address.
-func WithSource(source string) Option { return func(c *Client) { c.source = source } }
+func WithSource(source string) Option { return func(c *config) { c.source = source } }
 
-// WithDialTimeout bounds each connection attempt (default 5s).
-func WithDialTimeout(d time.Duration) Option { return func(c *Client) { c.dialTimeout = d } }
+// WithDialTimeout bounds each connection attempt, and for a session each
+// open or resume exchange (default 5s).
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithTTL asks for a session TTL; the server clamps it to 1s … 10 min, and
+// 0, the default, asks for the server's SESSION_TTL. Session only.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithAuthToken presents the server's AUTH_TOKEN when a session opens or
+// resumes. Session only: a server with AUTH_TOKEN set refuses v1.
+func WithAuthToken(token string) Option { return func(c *config) { c.auth = token } }
+
+// WithLogger receives a session's notes: connection lost, resumed, a stray
+// grant released, session lost (default: none). Session only.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // New returns a client of the server at address (HOST:PORT).
 func New(address string, opts ...Option) *Client {
-	c := &Client{address: address, dialTimeout: 5 * time.Second}
+	c := &Client{address: address, config: defaultConfig()}
 	for _, o := range opts {
-		o(c)
+		o(&c.config)
 	}
 	return c
 }
@@ -103,7 +151,11 @@ func (c *Client) TryLock(ctx context.Context, key string) error {
 	return c.answer("trylock", key, a)
 }
 
-// Unlock releases key. It returns ErrRefused when the key was not held.
+// Unlock releases key, whoever holds it (v1 has no owners). It returns
+// ErrRefused when the key was not held, and ErrOutcomeUnknown (with
+// ErrUnreachable) when the frame was sent but no answer came: the key may
+// or may not have been released, and Unlock does not send it again — a
+// second Unlock could release the key of whoever took it since.
 func (c *Client) Unlock(ctx context.Context, key string) error {
 	a, err := c.do(ctx, wire.Unlock, key, c.source)
 	if err != nil {
@@ -143,15 +195,26 @@ func (c *Client) ResetBySource(ctx context.Context, source string) error {
 
 // Do runs fn while holding key: it locks, calls fn, and unlocks whatever fn
 // returns (the unlock is not cancelled by ctx). Errors of fn and of the
-// unlock are both returned.
+// unlock are both returned. When fn panics (or calls runtime.Goexit), the
+// key is unlocked first and the panic goes on.
 func (c *Client) Do(ctx context.Context, key string, fn func() error) error {
 	if err := c.Lock(ctx, key); err != nil {
 		return err
 	}
+	unlock := func() error {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return c.Unlock(uctx, key)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			_ = unlock()
+		}
+	}()
 	ferr := fn()
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	return errors.Join(ferr, c.Unlock(uctx, key))
+	returned = true
+	return errors.Join(ferr, unlock())
 }
 
 func (c *Client) answer(op, what string, a byte) error {
@@ -201,7 +264,7 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 
 	if _, err := conn.Write(frame); err != nil {
 		stop()
-		return 0, c.broken(ctx, err)
+		return 0, c.lost(ctx, a, err)
 	}
 	var ans [1]byte
 	_, err = io.ReadFull(conn, ans[:])
@@ -214,9 +277,21 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 		return 0, ctx.Err()
 	}
 	if err != nil {
-		return 0, c.broken(ctx, err)
+		return 0, c.lost(ctx, a, err)
 	}
 	return ans[0], nil
+}
+
+// lost is the error of a request whose frame may have reached the server
+// but whose answer did not come. For Unlock and the resets it says that
+// the outcome is unknown: they must not be sent again blindly.
+func (c *Client) lost(ctx context.Context, a wire.Action, err error) error {
+	err = c.broken(ctx, err)
+	switch a {
+	case wire.Unlock, wire.ResetByKey, wire.ResetBySource:
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // hangUpGrace is how long a request given up still reads after closing

@@ -388,3 +388,56 @@ func exampleServer() (string, func()) {
 	go func() { defer close(done); _ = s.Serve(l) }()
 	return l.Addr().String(), func() { _ = s.Shutdown(context.Background()); <-done }
 }
+
+// TestDoPanics: a panic in fn must not leave the key held: Do unlocks,
+// then the panic goes on.
+func TestDoPanics(t *testing.T) {
+	addr, table := serve(t)
+	c := client.New(addr)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the panic of fn", r)
+			}
+		}()
+		_ = c.Do(context.Background(), "k", func() error { panic("boom") })
+	}()
+	if _, held := table.Key("k"); held {
+		t.Fatal("Do left the key held after fn panicked")
+	}
+}
+
+// TestUnlockAnswerLost: a server that reads the Unlock and closes without
+// answering. The outcome is unknown, Unlock says so and does not send it
+// again (a second Unlock could free whoever took the key since).
+func TestUnlockAnswerLost(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := make(chan wire.Frame, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if f, err := readFrame(c); err == nil {
+				frames <- f
+			}
+			c.Close()
+		}
+	}()
+	err = client.New(l.Addr().String()).Unlock(context.Background(), "k")
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("Unlock whose answer was lost = %v, want ErrOutcomeUnknown", err)
+	}
+	l.Close()
+	<-done
+	close(frames)
+	if n := len(frames); n != 1 {
+		t.Fatalf("the server received %d Unlock frames, want 1", n)
+	}
+}

@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/.ci/tools/bin:$(PATH)
 # runs it again without -race).
 SKIP_IN_RACE_RUN := ^(TestConformance.*|TestMillionKeysLeaveNoTrace)$$
 
-.PHONY: test setup check go-test fuzz clients deploy-test bench build run
+.PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run
 
 test: setup check go-test fuzz clients deploy-test
 	@echo "make test: all green"
@@ -59,3 +59,8 @@ deploy-test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench ./locker
+
+# Locking-Center beside Redis, etcd and PostgreSQL (installed with apt-get when
+# missing), in its own Go module; writes docs/bench/. See bench/compare.
+bench-compare:
+	cd bench/compare && $(GO) run . -out ../../docs/bench

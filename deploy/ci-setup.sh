@@ -12,6 +12,9 @@
 #                   (units enabled before are left as they were). Nothing is
 #                   started or stopped.
 #   podman-compose  from PyPI, with pip.
+#   Kubernetes' OpenAPI schemas: the k8s.io/kubernetes Go module of the
+#                   release that matches k8s.io/api in deploy/go.mod, into
+#                   the Go module cache (TestKubernetesSchemas reads it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/.ci/tools/bin"
@@ -71,3 +74,8 @@ if ! command -v podman-compose >/dev/null 2>&1; then
 	hash -r
 fi
 echo "ci-setup: $(podman-compose --version 2>/dev/null | head -n1)"
+
+# --- Kubernetes' OpenAPI schemas
+api=$(awk '$1 == "k8s.io/api" { print $2; exit }' "$root/deploy/go.mod")
+(cd "$root/deploy" && go mod download "k8s.io/kubernetes@v1.${api#v0.}")
+echo "ci-setup: Kubernetes v1.${api#v0.} OpenAPI schemas in the Go module cache"

@@ -98,8 +98,50 @@ func decodeStrict(t *testing.T, name string, doc []byte) runtime.Object {
 type manifests struct {
 	StatefulSet *appsv1.StatefulSet
 	Services    []*corev1.Service
+	Secrets     []*corev1.Secret
+	Rendered    [][]byte          // every object of the kustomize output, as YAML
 	Raw         map[string][]byte // file name → content
 	Kust        kusttypes.Kustomization
+}
+
+// webEnv is the git-ignored file the Secret is generated from, as the README
+// tells an operator to write it; the tests render with this stand-in.
+const (
+	webEnvFile     = "web.env"
+	webEnvPassword = "kustomize-test-password"
+)
+
+// renderKustomization runs kustomize on a copy of dir (in memory), with
+// extra files added, as `kubectl apply -k` would on dir.
+func renderKustomization(t *testing.T, dir string, extra map[string]string) ([]byte, error) {
+	t.Helper()
+	fsys := filesys.MakeFsInMemory()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == webEnvFile {
+			continue // the operator's own web.env, if any, is not the test's
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.WriteFile(filepath.Join("/k", e.Name()), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range extra {
+		if err := fsys.WriteFile(filepath.Join("/k", name), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rendered, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fsys, "/k")
+	if err != nil {
+		return nil, err
+	}
+	return rendered.AsYaml()
 }
 
 func loadManifests(t *testing.T) manifests {
@@ -140,15 +182,12 @@ func loadManifests(t *testing.T) manifests {
 	}
 
 	// Render as kubectl apply -k does and check what comes out.
-	rendered, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	out, err := renderKustomization(t, dir, map[string]string{webEnvFile: "WEB_PASSWORD=" + webEnvPassword + "\n"})
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", kubeDir, err)
-	}
-	out, err := rendered.AsYaml()
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kustomize build %s (with a %s): %v", kubeDir, webEnvFile, err)
 	}
 	for i, doc := range splitYAML(t, "kustomize output", out) {
+		m.Rendered = append(m.Rendered, doc)
 		switch o := decodeStrict(t, "kustomize output #"+strconv.Itoa(i+1), doc).(type) {
 		case *appsv1.StatefulSet:
 			if m.StatefulSet != nil {
@@ -157,6 +196,8 @@ func loadManifests(t *testing.T) manifests {
 			m.StatefulSet = o
 		case *corev1.Service:
 			m.Services = append(m.Services, o)
+		case *corev1.Secret:
+			m.Secrets = append(m.Secrets, o)
 		}
 	}
 	if m.StatefulSet == nil {
@@ -318,8 +359,12 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("services", func(t *testing.T) {
+		// The governing Service of a StatefulSet must be headless
+		// (Kubernetes' StatefulSet docs): it gives the pod its DNS name.
 		if i := slices.IndexFunc(m.Services, func(s *corev1.Service) bool { return s.Name == sts.Spec.ServiceName }); i < 0 {
 			t.Errorf("serviceName %q names no Service", sts.Spec.ServiceName)
+		} else if ip := m.Services[i].Spec.ClusterIP; ip != corev1.ClusterIPNone {
+			t.Errorf("Service %s (the StatefulSet's serviceName) has clusterIP %q, want None (headless)", sts.Spec.ServiceName, ip)
 		}
 		for _, s := range m.Services {
 			if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
@@ -338,6 +383,39 @@ func TestKubernetes(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("no Service %s exposes port %d onto the container port %d", name, want, want)
+			}
+		}
+	})
+
+	t.Run("secret for WEB_PASSWORD", func(t *testing.T) {
+		var ref *corev1.SecretKeySelector
+		for _, e := range c.Env {
+			if e.Name == "WEB_PASSWORD" {
+				if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					t.Fatalf("WEB_PASSWORD is not taken from a Secret: %+v", e)
+				}
+				ref = e.ValueFrom.SecretKeyRef
+			}
+		}
+		if ref == nil {
+			t.Fatal("no WEB_PASSWORD in the container's env: the dashboard and its reset buttons would be open to the cluster")
+		}
+		if ref.Optional != nil && *ref.Optional {
+			t.Error("WEB_PASSWORD's secretKeyRef is optional: a missing Secret would start the server with no password")
+		}
+		i := slices.IndexFunc(m.Secrets, func(s *corev1.Secret) bool { return s.Name == ref.Name })
+		if i < 0 {
+			t.Fatalf("WEB_PASSWORD refers to Secret %q, which kustomize does not make (Secrets: %d)", ref.Name, len(m.Secrets))
+		}
+		if got := string(m.Secrets[i].Data[ref.Key]); got != webEnvPassword {
+			t.Errorf("Secret %s key %s = %q, want the value from %s", ref.Name, ref.Key, got, webEnvFile)
+		}
+		if _, err := renderKustomization(t, filepath.Join(repoRoot(t), filepath.FromSlash(kubeDir)), nil); err == nil {
+			t.Errorf("kustomize build succeeds without %s: the server would start without a password", webEnvFile)
+		}
+		for name, b := range m.Raw {
+			if bytes.Contains(b, []byte(webEnvPassword)) || (name != "kustomization.yaml" && bytes.Contains(b, []byte("kind: Secret"))) {
+				t.Errorf("%s carries a Secret's value; it belongs in the git-ignored %s", name, webEnvFile)
 			}
 		}
 	})

@@ -1,7 +1,7 @@
 package web_test
 
 import (
-	"net/http"
+	"net"
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
@@ -15,12 +15,19 @@ func ExampleNew() {
 	metrics := web.NewMetrics(web.MetricsOptions{})
 	table := locker.New(locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold})
 	tcp := &wire.Server{Table: table, Observer: metrics}
-	handler := web.New(web.Options{
-		Table:       table,
-		StuckAfter:  10 * time.Minute,
-		Metrics:     metrics,
-		Connections: tcp.Connections,
-	})
-	_ = &http.Server{Addr: ":22120", Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	// go tcp.Serve(tcpListener); go httpServer.ListenAndServe() ...
+	opts := web.Options{
+		Table:         table,
+		StuckAfter:    10 * time.Minute,
+		Metrics:       metrics,
+		Connections:   tcp.Connections,
+		ListenAddress: ":22120",
+		AllowedHosts:  []string{"locks.example.com"}, // WEB_ALLOWED_HOSTS
+	}
+	ln, err := net.Listen("tcp", opts.ListenAddress)
+	if err != nil {
+		return
+	}
+	srv := web.NewHTTPServer(web.New(opts))
+	go srv.Serve(opts.Listener(ln)) // bounded to opts.MaxConnections
+	// go tcp.Serve(tcpListener) ...
 }

@@ -52,6 +52,12 @@ type Options struct {
 	// refused with 421 (a guard against DNS rebinding), except /healthz
 	// and /readyz, which probes reach by any name.
 	AllowedHosts []string
+	// MaxConnections bounds the web port's concurrent connections
+	// (DefaultMaxConnections when 0) and MaxConnectionsPerPeer those from
+	// one IP address (a quarter of MaxConnections when 0, -1 for no
+	// per-peer bound). They take effect through Options.Listener.
+	MaxConnections        int
+	MaxConnectionsPerPeer int
 
 	// now is the clock; tests replace it.
 	now func() time.Time

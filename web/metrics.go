@@ -35,6 +35,8 @@ type Metrics struct {
 	// Gauges and the log's figures are read from their sources when
 	// scraped, by refresh.
 	held, waiters, stuck, oldest, conns *metrics.Gauge
+	sessions                            *metrics.Gauge
+	sessionExpirations                  *metrics.Counter
 	walSize                             *metrics.Gauge
 	walCompactions, walErrors           *metrics.Counter
 
@@ -51,10 +53,11 @@ type MetricsOptions struct {
 	WAL bool
 }
 
-// The label values of requests_total. An action byte the protocol does not
-// know is counted as "unknown" so that bad clients cannot grow the series.
+// The label values of requests_total, indexed by actionIndex. An action
+// byte the protocol does not know is counted as "unknown" so that bad
+// clients cannot grow the series.
 var (
-	actionNames = [...]string{"unknown", "lock", "unlock", "reset_key", "reset_source", "trylock"}
+	actionNames = [...]string{"unknown", "lock", "unlock", "reset_key", "reset_source", "trylock", "cancel", "ping", "close", "open"}
 	resultNames = [...]string{wire.ResultOK, wire.ResultFail, wire.ResultLocked, wire.ResultInvalid, wire.ResultHangUp}
 )
 
@@ -80,12 +83,14 @@ var families = []family{
 	{"waiters", "gauge", "Lock requests queued behind a holder right now."},
 	{"stuck_keys", "gauge", "Keys held for STUCK_AFTER or longer."},
 	{"oldest_hold_age_seconds", "gauge", "Seconds since the longest-held key was granted; 0 when no key is held."},
-	{"requests_total", "counter", "TCP requests served, by action and result (ok, fail, locked, invalid, hangup)."},
+	{"requests_total", "counter", "TCP requests served, v1 and in sessions, by action and result (ok, fail, locked, invalid, hangup)."},
 	{"resets_total", "counter", "Resets done over TCP or the web, by key or by source."},
 	{"connections", "gauge", "TCP connections being served, waiters included."},
 	{"connections_rejected_total", "counter", "TCP connections refused because MAX_CONNECTIONS was reached."},
 	{"wait_duration_seconds", "histogram", "Seconds a lock request waited before it was granted."},
 	{"hold_duration_seconds", "histogram", "Seconds a key was held, from grant to release."},
+	{"sessions", "gauge", "Open sessions, connected or not."},
+	{"session_expirations_total", "counter", "Sessions ended by their TTL since start."},
 	{"wal_fsync_duration_seconds", "histogram", "Seconds one fsync of the write-ahead log took."},
 	{"wal_size_bytes", "gauge", "Size of the write-ahead log file in bytes."},
 	{"wal_compactions_total", "counter", "Compactions of the write-ahead log since start."},
@@ -111,6 +116,8 @@ func NewMetrics(o MetricsOptions) *Metrics {
 	m.stuck = s.NewGauge(prefix+"stuck_keys", nil)
 	m.oldest = s.NewGauge(prefix+"oldest_hold_age_seconds", nil)
 	m.conns = s.NewGauge(prefix+"connections", nil)
+	m.sessions = s.NewGauge(prefix+"sessions", nil)
+	m.sessionExpirations = s.NewCounter(prefix + "session_expirations_total")
 	if o.WAL {
 		m.fsync = s.NewPrometheusHistogramExt(prefix+"wal_fsync_duration_seconds", fsyncBuckets)
 		m.walSize = s.NewGauge(prefix+"wal_size_bytes", nil)
@@ -123,10 +130,7 @@ func NewMetrics(o MetricsOptions) *Metrics {
 // Request counts one TCP request (wire.Observer). A successful TCP reset
 // also counts in resets_total, as a web reset does.
 func (m *Metrics) Request(a wire.Action, result string) {
-	ai := 0
-	if a >= wire.Lock && a <= wire.TryLock {
-		ai = int(a)
-	}
+	ai := actionIndex(a)
 	for ri, rn := range resultNames {
 		if rn == result {
 			m.requests[ai][ri].Inc()
@@ -141,6 +145,18 @@ func (m *Metrics) Request(a wire.Action, result string) {
 			m.resetSource.Inc()
 		}
 	}
+}
+
+// actionIndex is a's position in actionNames: actions 1 to 8 in order,
+// then the session's open frame; 0 for any other byte.
+func actionIndex(a wire.Action) int {
+	switch {
+	case a >= wire.Lock && a <= wire.Close:
+		return int(a)
+	case a == wire.SessionOpen:
+		return len(actionNames) - 1
+	}
+	return 0
 }
 
 // ConnectionRejected counts one TCP connection refused at the limit
@@ -180,6 +196,9 @@ func (m *Metrics) refresh() {
 	}
 	now := s.now()
 	v := s.view(selection{}, now) // the figures only, no rows
+	st := s.opts.Table.Stats()
+	m.sessions.Set(float64(st.Sessions))
+	m.sessionExpirations.Set(st.SessionExpirations)
 	m.held.Set(float64(v.Held))
 	m.waiters.Set(float64(v.Waiting))
 	m.stuck.Set(float64(v.Stuck))

@@ -4,23 +4,27 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/wire"
 )
 
 // specMetrics are the names of SPEC §4 (wal_* only with a log).
 var specMetrics = []string{
 	"held_keys", "waiters", "stuck_keys", "oldest_hold_age_seconds",
 	"requests_total", "resets_total", "connections", "connections_rejected_total",
-	"wait_duration_seconds", "hold_duration_seconds",
+	"wait_duration_seconds", "hold_duration_seconds", "sessions", "session_expirations_total",
 }
 
 var walMetrics = []string{"wal_fsync_duration_seconds", "wal_size_bytes", "wal_compactions_total", "wal_errors_total"}
@@ -201,6 +205,57 @@ func TestMetricsMoveWithLocks(t *testing.T) {
 	s.metrics.WritePrometheus(&buf)
 	if got := value(buf.String(), `locking_center_resets_total{by="key"}`); got != 2 {
 		t.Errorf("resets_total{by=key} after a web reset = %v, want 2", got)
+	}
+}
+
+// TestMetricsSessions: the session gauge and expiry counter come from the
+// table, and every session action has its requests_total series from the
+// start, counted under its own name.
+func TestMetricsSessions(t *testing.T) {
+	var mu sync.Mutex // guards clock
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	m := NewMetrics(MetricsOptions{})
+	table := locker.New(locker.Options{Now: now})
+	h := New(Options{Table: table, Metrics: m, Logger: slog.New(slog.DiscardHandler), now: now})
+	out := scrape(t, h)
+	for _, a := range []string{"lock", "unlock", "reset_key", "reset_source", "trylock", "cancel", "ping", "close", "open"} {
+		for _, r := range []string{"ok", "fail", "locked", "invalid", "hangup"} {
+			if series := `locking_center_requests_total{action="` + a + `",result="` + r + `"}`; value(out, series) != 0 {
+				t.Errorf("%s not created at start", series)
+			}
+		}
+	}
+	if value(out, "locking_center_sessions") != 0 || value(out, "locking_center_session_expirations_total") != 0 {
+		t.Fatalf("session metrics at start:\n%s", out)
+	}
+	m.Request(wire.Ping, wire.ResultOK)
+	m.Request(wire.SessionOpen, wire.ResultFail)
+	m.Request(wire.Cancel, wire.ResultFail)
+	if _, err := table.OpenSession("svc", "10.0.0.3:7000", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := table.OpenSession("svc", "10.0.0.3:7001", time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clock = clock.Add(2 * time.Second)
+	mu.Unlock()
+	if n := table.ExpireSessions(); n != 1 {
+		t.Fatalf("expired %d sessions, want the 1 s one", n)
+	}
+	out = scrape(t, h)
+	lint(t, out)
+	for series, want := range map[string]float64{
+		`locking_center_requests_total{action="ping",result="ok"}`:     1,
+		`locking_center_requests_total{action="open",result="fail"}`:   1,
+		`locking_center_requests_total{action="cancel",result="fail"}`: 1,
+		`locking_center_sessions`:                                      1,
+		`locking_center_session_expirations_total`:                     1,
+	} {
+		if got := value(out, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 }
 

@@ -422,18 +422,43 @@ type bar struct {
 	colour color.Color
 }
 
-// panel draws horizontal bars, one per system, first at the top.
+// panel draws horizontal bars, one per system, first at the top. A bar far
+// longer than the rest (more than 4× their median) is cut at the axis's end
+// and its label keeps its value, so that one slow system does not flatten
+// the others into slivers.
 func panel(title, unit string, bars []bar) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = unit
 	p.X.Min = 0
+	p.X.Tick.Marker = compactTicks{}
+	if len(bars) == 0 {
+		p.Title.Text += " (not measured)"
+		p.HideAxes()
+		return p, nil
+	}
+	var values []float64
+	for _, b := range bars {
+		values = append(values, b.value)
+	}
+	limit := 0.0
+	cut := 4 * median(slices.Clone(values))
+	for _, v := range values {
+		if v <= cut || cut == 0 {
+			limit = max(limit, v)
+		}
+	}
+	limit *= 1.25 // room for the value labels
 	var names []string
 	var xys plotter.XYs
 	var labels []string
 	for i, b := range bars {
 		y := float64(len(bars) - 1 - i)
-		bc, err := plotter.NewBarChart(plotter.Values{b.value}, vg.Points(11))
+		v, label := b.value, " "+compact(b.value)
+		if v > limit {
+			v, label = limit, " "+compact(b.value)+" (cut)"
+		}
+		bc, err := plotter.NewBarChart(plotter.Values{v}, vg.Points(11))
 		if err != nil {
 			return nil, fmt.Errorf("chart %q: %w", title, err)
 		}
@@ -442,36 +467,44 @@ func panel(title, unit string, bars []bar) (*plot.Plot, error) {
 		bc.Color = b.colour
 		bc.LineStyle.Width = 0
 		p.Add(bc)
-		xys = append(xys, plotter.XY{X: b.value, Y: y})
-		labels = append(labels, " "+compact(b.value))
-	}
-	if len(bars) == 0 {
-		p.Title.Text += " (not measured)"
-		p.HideAxes()
-		return p, nil
+		xys = append(xys, plotter.XY{X: v, Y: y})
+		labels = append(labels, label)
 	}
 	for i := range bars {
 		names = append(names, bars[len(bars)-1-i].label)
 	}
 	p.NominalY(names...)
 	p.Y.Min, p.Y.Max = -0.7, float64(len(bars))-0.3
-	{
-		l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
-		if err != nil {
-			return nil, fmt.Errorf("chart %q: %w", title, err)
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].YAlign = draw.YCenter
-			l.TextStyle[i].Font.Size = vg.Points(8)
-		}
-		p.Add(l)
-		hi := 0.0
-		for _, b := range bars {
-			hi = max(hi, b.value)
-		}
-		p.X.Max = hi * 1.3 // room for the value labels
+	l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+	if err != nil {
+		return nil, fmt.Errorf("chart %q: %w", title, err)
 	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].YAlign = draw.YCenter
+		l.TextStyle[i].Font.Size = vg.Points(9)
+	}
+	p.Add(l)
+	p.X.Max = limit * 1.2
 	return p, nil
+}
+
+// compactTicks are gonum's default ticks labelled 20k, 40k rather than
+// 20000.00.
+type compactTicks struct{}
+
+func (compactTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label == "" {
+			continue
+		}
+		if v := ts[i].Value; v >= 1000 {
+			ts[i].Label = strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"
+		} else {
+			ts[i].Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	return ts
 }
 
 // compact formats a figure for a bar's label: 45.1k, 812.

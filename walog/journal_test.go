@@ -18,33 +18,21 @@ import (
 	"github.com/locking-center/locking-center/walog"
 )
 
-// journal adapts a Log to locker.Journal, as main.go does. log is set once
-// Open returns; Restore, which runs before, never calls the journal.
-type journal struct{ log *walog.Log }
-
-func (j *journal) Acquire(key string, h locker.Holder, since time.Time) error {
-	return j.log.Acquire(key, walog.Holder{Source: h.Source, Remote: h.Remote, Since: since})
-}
-
-func (j *journal) Release(key string) error { return j.log.Release(key) }
-
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// durableTable opens the log at path and a table restored from it.
+// durableTable opens the log at path and a table restored from it, as
+// main.go does: the table is made first, then the log replayed into it.
 func durableTable(t testing.TB, path string, opts walog.Options) (*locker.Table, *walog.Log) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = quiet()
 	}
-	j := &journal{}
+	j := &walog.Journal{}
 	table := locker.New(locker.Options{Journal: j})
-	l, err := walog.Open(path, opts, func(k string, h walog.Holder) error {
-		return table.Restore(k, locker.Holder{Source: h.Source, Remote: h.Remote}, h.Since)
-	})
+	l, err := j.Open(path, opts, table)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	j.log = l
 	t.Cleanup(func() { l.Close() })
 	return table, l
 }
@@ -94,10 +82,10 @@ func testFault(t *testing.T, faultOp string, faultErr error, powerLoss bool) {
 			fsys := &walog.FaultFS{}
 			table, l := durableTable(t, path, walog.Options{FS: fsys})
 			h := locker.Holder{Source: "test", Remote: "127.0.0.1:1"}
-			if err := table.TryLock("before", h); err != nil {
+			if _, err := table.TryLock("before", h); err != nil {
 				t.Fatal(err)
 			}
-			if err := table.TryLock("released", h); err != nil {
+			if _, err := table.TryLock("released", h); err != nil {
 				t.Fatal(err)
 			}
 
@@ -122,7 +110,7 @@ func testFault(t *testing.T, faultOp string, faultErr error, powerLoss bool) {
 								})
 							})
 						}
-						err := table.TryLock(k, h)
+						_, err := table.TryLock(k, h)
 						mu.Lock()
 						switch {
 						case err == nil:
@@ -155,10 +143,10 @@ func testFault(t *testing.T, faultOp string, faultErr error, powerLoss bool) {
 			}
 			// fsyncgate: even with the disk healthy again, nothing is granted.
 			fsys.SetFault(nil)
-			if err := table.TryLock("after", h); !errors.Is(err, locker.ErrJournal) || !errors.Is(err, walog.ErrFailed) {
+			if _, err := table.TryLock("after", h); !errors.Is(err, locker.ErrJournal) || !errors.Is(err, walog.ErrFailed) {
 				t.Fatalf("TryLock after the fault: %v, want a journal refusal", err)
 			}
-			if err := table.Unlock("released"); !errors.Is(err, locker.ErrJournal) {
+			if _, err := table.Unlock("released"); !errors.Is(err, locker.ErrJournal) {
 				t.Fatalf("Unlock after the fault: %v, want a journal refusal", err)
 			}
 			if _, held := table.Key("released"); !held {
@@ -166,7 +154,7 @@ func testFault(t *testing.T, faultOp string, faultErr error, powerLoss bool) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := table.Lock(ctx, "lock-after", h); !errors.Is(err, locker.ErrJournal) {
+			if _, err := table.Lock(ctx, "lock-after", h); !errors.Is(err, locker.ErrJournal) {
 				t.Fatalf("Lock after the fault: %v, want a journal refusal", err)
 			}
 
@@ -221,13 +209,13 @@ func TestFailedCompactionKeepsTheOldLog(t *testing.T) {
 			for i := range 400 {
 				k := fmt.Sprintf("k%d", i%40)
 				if want[k] {
-					if err := table.Unlock(k); err != nil {
+					if _, err := table.Unlock(k); err != nil {
 						t.Fatal(err)
 					}
 					delete(want, k)
 					continue
 				}
-				if err := table.TryLock(k, h); err != nil {
+				if _, err := table.TryLock(k, h); err != nil {
 					t.Fatal(err)
 				}
 				want[k] = true
@@ -270,17 +258,17 @@ func TestFailedFolderSyncFailsTheLog(t *testing.T) {
 	var i int
 	for ; i < 10000 && l.Err() == nil; i++ {
 		k := fmt.Sprintf("k%d", i%20)
-		if err := table.TryLock(k, h); err != nil {
+		if _, err := table.TryLock(k, h); err != nil {
 			break
 		}
-		if err := table.Unlock(k); err != nil {
+		if _, err := table.Unlock(k); err != nil {
 			break
 		}
 	}
 	if !errors.Is(l.Err(), walog.ErrFailed) {
 		t.Fatalf("after %d cycles: Err() = %v, want ErrFailed", i, l.Err())
 	}
-	if err := table.TryLock("next", h); !errors.Is(err, locker.ErrJournal) {
+	if _, err := table.TryLock("next", h); !errors.Is(err, locker.ErrJournal) {
 		t.Fatalf("TryLock after a failed folder fsync: %v", err)
 	}
 }

@@ -29,11 +29,11 @@ func open(t testing.TB, path string, opts Options) (*Log, map[string]Holder) {
 		opts.Logger = quiet()
 	}
 	got := make(map[string]Holder)
-	l, err := Open(path, opts, func(k string, h Holder) error {
+	l, err := Open(path, opts, func(k string, h *Holder) error {
 		if _, dup := got[k]; dup {
 			return fmt.Errorf("restored twice: %q", k)
 		}
-		got[k] = h
+		got[k] = *h
 		return nil
 	})
 	if err != nil {
@@ -48,6 +48,7 @@ func holder(i int) Holder {
 		Source: fmt.Sprintf("svc-%d", i),
 		Remote: fmt.Sprintf("10.0.0.%d:%d", i%250, 40000+i),
 		Since:  time.Unix(1764500000, int64(i)*1001),
+		Token:  1000 + uint64(i),
 	}
 }
 
@@ -58,7 +59,8 @@ func equalHolders(t *testing.T, got, want map[string]Holder) {
 	}
 	for k, w := range want {
 		g, ok := got[k]
-		if !ok || g.Source != w.Source || g.Remote != w.Remote || !g.Since.Equal(w.Since) {
+		if !ok || g.Source != w.Source || g.Remote != w.Remote || !g.Since.Equal(w.Since) ||
+			g.Token != w.Token || g.Session != w.Session || g.TTL != w.TTL {
 			t.Fatalf("holder of %q: got %+v (present %v), want %+v", k, g, ok, w)
 		}
 	}
@@ -139,8 +141,7 @@ func build(t *testing.T, path string, n int) ([]byte, []int64) {
 	var offs []int64
 	for off := int64(headerSize); off < int64(len(data)); {
 		offs = append(offs, off)
-		n := int64(data[off+4])<<8 | int64(data[off+5])
-		off += frameSize + n
+		off += frameSize + int64(binary.BigEndian.Uint32(data[off+4:]))
 	}
 	if len(offs) != n {
 		t.Fatalf("found %d records, wrote %d", len(offs), n)
@@ -208,7 +209,7 @@ func openErr(t *testing.T, data []byte) error {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(path, Options{Logger: quiet()}, func(string, Holder) error { return nil })
+	l, err := Open(path, Options{Logger: quiet()}, func(string, *Holder) error { return nil })
 	if err == nil {
 		l.Close()
 		return nil
@@ -257,19 +258,19 @@ func TestCorruptionOfEveryRecord(t *testing.T) {
 	})
 	t.Run("unknown version", func(t *testing.T) {
 		bad := bytes.Clone(data)
-		bad[11] = 2
+		bad[11] = 3
 		h := castagnoliSum(bad[:12])
 		copy(bad[12:16], h)
 		err := openErr(t, bad)
 		wantCorrupt(t, err, 0)
-		if !strings.Contains(err.Error(), "version 2") {
+		if !strings.Contains(err.Error(), "version 3") {
 			t.Fatalf("message %q does not name the version", err)
 		}
 	})
 	t.Run("unknown record type", func(t *testing.T) {
-		rec := appendRelease(nil, "k")
+		rec := appendReleaseRecord(nil, "k", 1)
 		rec[frameSize] = 9
-		rec = sealFrame(rec[:len(rec)], 0)
+		rec = sealFrame(rec, 0)
 		err := openErr(t, append(bytes.Clone(data), rec...))
 		wantCorrupt(t, err, int64(len(data)))
 		if !strings.Contains(err.Error(), "unknown record type 9") {
@@ -278,7 +279,7 @@ func TestCorruptionOfEveryRecord(t *testing.T) {
 	})
 	t.Run("length out of range", func(t *testing.T) {
 		rec := make([]byte, frameSize)
-		rec[4], rec[5], rec[6], rec[7] = 0xff, 0xff, 0, 0
+		rec[4], rec[5], rec[6], rec[7] = 0xff, 0xff, 0xff, 0xff
 		wantCorrupt(t, openErr(t, append(bytes.Clone(data), rec...)), int64(len(data)))
 	})
 	t.Run("garbage after zeroes", func(t *testing.T) {

@@ -141,8 +141,9 @@ func TestBatchesUseSyncAppend(t *testing.T) {
 		t.Errorf("%d SyncAppend calls for %d batches", got, st.Fsyncs)
 	}
 	// A compaction syncs its temporary file twice: the snapshot, then
-	// with the records written meanwhile.
-	if got, max := fsys.sync.Load()-created, 2*int64(st.Compactions); got == 0 || got > max {
+	// with the records written meanwhile; one more may have written its
+	// snapshot when Close discarded it.
+	if got, max := fsys.sync.Load()-created, 2*int64(st.Compactions)+1; got == 0 || got > max {
 		t.Errorf("%d Sync calls for %d compactions, want 1..%d", got, st.Compactions, max)
 	}
 }

@@ -2,6 +2,7 @@ package crashtest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,7 @@ const (
 	keyCount      = 6
 )
 
-var binary string // the server, built by TestMain
+var serverBinary string // the server, built by TestMain
 
 func TestMain(m *testing.M) {
 	code, err := buildAndRun(m)
@@ -54,8 +55,8 @@ func buildAndRun(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "locking-center")
-	cmd := exec.Command("go", "build", "-o", binary, ".")
+	serverBinary = filepath.Join(dir, "locking-center")
+	cmd := exec.Command("go", "build", "-o", serverBinary, ".")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("go build: %v\n%s", err, out)
@@ -113,7 +114,7 @@ func (o *output) String() string {
 func start(t testing.TB, dataPath string, env ...string) *server {
 	t.Helper()
 	s := &server{out: &output{started: make(chan struct{})}, exited: make(chan struct{})}
-	s.cmd = exec.Command(binary)
+	s.cmd = exec.Command(serverBinary)
 	s.cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stderr = s.out
@@ -409,13 +410,13 @@ func TestBinaryTornTailAndCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := 16 + 8 + (int(bad[16+4])<<8 | int(bad[16+5]))
+	first := 16 + 12 + int(binary.BigEndian.Uint32(bad[16+4:]))
 	bad[first+12] ^= 0x40
 	t.Logf("flipped byte %d of the record at %d", first+12, first)
 	if err := os.WriteFile(dataPath, bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary)
+	cmd := exec.Command(serverBinary)
 	cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

@@ -319,6 +319,10 @@ func (c *sessionClient) Unlock(ctx context.Context, key string) error {
 	return nil
 }
 
+func (c *sessionClient) share() client {
+	return &sessionClient{s: c.s, tokens: make(map[string]uint64)}
+}
+
 func (c *sessionClient) Close() error {
 	if c.own {
 		return c.s.close()

@@ -172,7 +172,7 @@ func plan(workloads []string, systems []*system, round int) []cell {
 				}
 			}
 		case wM:
-			for _, s := range rotated(func(s *system) bool { return s.session }) {
+			for _, s := range rotated(func(s *system) bool { return s.shared }) {
 				cells = append(cells, cell{w, nB, s.name})
 			}
 		}

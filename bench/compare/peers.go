@@ -145,10 +145,12 @@ func (c *redisClient) Unlock(ctx context.Context, key string) error {
 func (c *redisClient) Close() error { return c.rdb.Close() }
 
 // etcdClient locks with etcd's concurrency.Mutex, one client connection and
-// one session (lease) per locker, as a process of its own would.
+// one session (lease) per locker, as a process of its own would; in workload
+// M, one of each shared by every locker.
 type etcdClient struct {
 	cli     *clientv3.Client
 	sess    *concurrency.Session
+	own     bool // revoke the session and close the client on Close
 	mutexes map[string]*concurrency.Mutex
 }
 
@@ -167,7 +169,7 @@ func newEtcdClient(ctx context.Context, endpoint string) (*etcdClient, error) {
 		_ = cli.Close()
 		return nil, fmt.Errorf("etcd session: %w", err)
 	}
-	return &etcdClient{cli: cli, sess: sess, mutexes: make(map[string]*concurrency.Mutex)}, nil
+	return &etcdClient{cli: cli, sess: sess, own: true, mutexes: make(map[string]*concurrency.Mutex)}, nil
 }
 
 func (c *etcdClient) Lock(ctx context.Context, key string) error {
@@ -191,7 +193,14 @@ func (c *etcdClient) Unlock(ctx context.Context, key string) error {
 	return nil
 }
 
+func (c *etcdClient) share() client {
+	return &etcdClient{cli: c.cli, sess: c.sess, mutexes: make(map[string]*concurrency.Mutex)}
+}
+
 func (c *etcdClient) Close() error {
+	if !c.own {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, revokeErr := c.cli.Revoke(ctx, c.sess.Lease())

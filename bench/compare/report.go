@@ -278,7 +278,7 @@ func (r *report) markdown(chart string) string {
 	}
 
 	p("\n## C: %d clients on one key\n\n", nC)
-	p("Each client locks the key, holds it for %v (nanosleep(2), then a busy wait that yields for its last 80 µs: a Go timer's sleep lasts a millisecond here; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
+	p("Each client locks the key, holds it for %v (nanosleep(2) with 1 ns timer slack, then a busy wait that yields for its last 20 µs: a Go timer's sleep lasts a millisecond here; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
 	p("Handover: from the holder starting to send its release to the next holder's grant arriving. ")
 	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares; median of the rounds). ")
 	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds.\n\n")
@@ -314,12 +314,14 @@ func (r *report) markdown(chart string) string {
 		p("\n")
 	}
 
-	p("\n## M: %d lockers sharing one session\n\n", nB)
-	p("B's %d clients as goroutines of one program sharing ONE session: one TCP connection, requests written together, answers matched by id. ", nB)
-	p("No peer here can carry blocking locks of many lockers on one connection: a blocked `pg_advisory_lock` holds its connection, and redsync's retry loop and etcd's Mutex wait on theirs.\n\n")
-	p("| system | M: one session, cycles/s | B: %d sessions, cycles/s | M ÷ B |\n| --- | ---: | ---: | ---: |\n", nB)
+	p("\n## M: %d lockers sharing one connection\n\n", nB)
+	p("B's %d clients as goroutines of one program sharing ONE Locking-Center session: one TCP connection, requests written together, answers matched by id. ", nB)
+	p("etcd's client can do the same (gRPC carries many calls on one connection), so it is here too: one client and one session (lease) shared by the %d lockers' Mutexes. ", nB)
+	p("PostgreSQL cannot: a waiting `pg_advisory_lock` blocks the connection it runs on, so each waiting locker needs a connection of its own; ")
+	p("Redis has no waiting on the server at all (SET NX fails and the client sleeps and polls).\n\n")
+	p("| system | M: one connection, cycles/s | B: %d connections, cycles/s | M ÷ B |\n| --- | ---: | ---: | ---: |\n", nB)
 	for _, s := range r.systems {
-		if !s.session {
+		if !s.shared {
 			continue
 		}
 		mm, okM := r.get(wM, nB, s.name)
@@ -536,12 +538,12 @@ func (r *report) chart(path string) error {
 		if x, ok := r.get(wD, 64, s.name); ok {
 			d = append(d, bar{s.name, x.Rate, col})
 		}
-		if s.session {
+		if s.shared {
 			if x, ok := r.get(wB, nB, s.name); ok {
-				m = append(m, bar{s.name + " B: 32 sessions", x.Rate, colV1})
+				m = append(m, bar{s.name + " B: 32 conns", x.Rate, colFloor})
 			}
 			if x, ok := r.get(wM, nB, s.name); ok {
-				m = append(m, bar{s.name + " M: 1 session", x.Rate, colSession})
+				m = append(m, bar{s.name + " M: 1 conn", x.Rate, col})
 			}
 		}
 	}
@@ -554,7 +556,7 @@ func (r *report) chart(path string) error {
 		{fmt.Sprintf("C: %d clients, one key, hold %v", nC, r.cfg.hold), "acquisitions/s", c},
 		{"C: handover p99 (lower is better)", "µs", ch},
 		{"D: 64 lockers, durable (in-memory session for reference)", "acquisitions/s", d},
-		{fmt.Sprintf("M: %d lockers on one session vs B", nB), "cycles/s", m},
+		{fmt.Sprintf("M: %d lockers on one connection vs B's %d", nB, nB), "cycles/s", m},
 	}
 	plots := [][]*plot.Plot{make([]*plot.Plot, 3), make([]*plot.Plot, 3)}
 	for i, s := range specs {

@@ -16,6 +16,7 @@ func sampleReport() *report {
 	for _, n := range systemNames {
 		s := &system{name: n, what: "made up", floor: strings.HasPrefix(n, "floor"),
 			durable: strings.HasSuffix(n, "-wal") || n == "etcd", session: strings.HasPrefix(n, "lc-session")}
+		s.shared = s.session || n == "etcd"
 		systems = append(systems, s)
 	}
 	results := make(map[cell][]runResult)

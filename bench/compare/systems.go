@@ -32,7 +32,8 @@ type system struct {
 	what    string // one line for the README
 	floor   bool   // a floor: "Lock" and "Unlock" are one bare exchange each
 	durable bool   // its grants survive a crash of the server
-	session bool   // a Locking-Center session: workload M applies
+	session bool   // a Locking-Center session
+	shared  bool   // many lockers can share one client: workload M applies
 	addr    string
 	connect func(ctx context.Context, id int) (client, error)
 }
@@ -222,7 +223,7 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 			continue
 		}
 		s.systems["lc-session"+suffix] = &system{
-			name: "lc-session" + suffix, durable: durable, session: true, addr: addr,
+			name: "lc-session" + suffix, durable: durable, session: true, shared: true, addr: addr,
 			what: "Locking-Center session (action 16), one persistent connection per client, " + where,
 			connect: func(ctx context.Context, id int) (client, error) {
 				sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
@@ -312,7 +313,7 @@ func (s *servers) startEtcd(ctx context.Context) error {
 		return err
 	}
 	s.systems["etcd"] = &system{
-		name: "etcd", durable: true, addr: endpoint,
+		name: "etcd", durable: true, shared: true, addr: endpoint,
 		what: "etcd concurrency.Mutex, one client and one session (lease) per locker; single member, data on disk",
 		connect: func(ctx context.Context, _ int) (client, error) {
 			return newEtcdClient(ctx, endpoint)

@@ -20,7 +20,7 @@ const (
 	wB = "B"   // 32 clients, each on its own keys: cycles/s
 	wC = "C"   // 16 clients on one key, holding it ~100 µs each time
 	wD = "D"   // durable systems, 1/16/64 lockers on their own keys
-	wM = "M"   // B's 32 clients as goroutines sharing one session
+	wM = "M"   // B's 32 clients as goroutines sharing one connection
 	nB = 32    // clients of B and M
 	nC = 16    // clients of C
 	kC = "hot" // C's one key (with the run's prefix)
@@ -59,8 +59,18 @@ type timing struct {
 	warmup, duration time.Duration
 }
 
-// connectAll connects n clients of sys; with shared, n views of one session
-// (workload M). The caller closes what it returns, also on error.
+// sharer is a client that many goroutines can use at once through views of
+// it, one per goroutine: a Locking-Center session, or etcd's client and
+// session (gRPC carries many calls on one connection). Closing a view leaves
+// the shared connection open; closing the original closes it.
+type sharer interface {
+	client
+	share() client
+}
+
+// connectAll connects n clients of sys; with shared, one client and n-1
+// views of it (workload M). The caller closes what it returns, also on
+// error.
 func connectAll(ctx context.Context, sys *system, n int, shared bool) ([]client, error) {
 	clients := make([]client, 0, n)
 	if shared {
@@ -68,14 +78,14 @@ func connectAll(ctx context.Context, sys *system, n int, shared bool) ([]client,
 		if err != nil {
 			return nil, err
 		}
-		sc, ok := c.(*sessionClient)
+		sc, ok := c.(sharer)
 		if !ok {
 			_ = c.Close()
-			return nil, fmt.Errorf("%s has no session to share", sys.name)
+			return nil, fmt.Errorf("%s has no connection to share", sys.name)
 		}
-		clients = append(clients, sc) // the owner: closes the session
+		clients = append(clients, sc)
 		for len(clients) < n {
-			clients = append(clients, &sessionClient{s: sc.s, tokens: make(map[string]uint64)})
+			clients = append(clients, sc.share())
 		}
 		return clients, nil
 	}
@@ -178,15 +188,19 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// holdFor returns hold after since. It sleeps in nanosleep(2) for all but
-// the last spinSlack of it and waits busily, yielding to other goroutines,
-// for the rest: a Go timer's sleep lasts about a millisecond on Linux however
-// short it is asked to be (the runtime's poller waits in whole
-// milliseconds), and nanosleep(2) oversleeps by the thread's 50 µs timer
-// slack; a busy wait alone would take a core from the servers.
+// holdFor returns hold after since. It sleeps in nanosleep(2), with the
+// thread's timer slack set to 1 ns (the default 50 µs would be half the
+// hold), for all but the last spinSlack of it, and waits busily, yielding to
+// other goroutines, for the rest. A Go timer cannot do it: its sleep lasts
+// about a millisecond on Linux however short it is asked to be (the
+// runtime's poller waits in whole milliseconds); and a busy wait alone would
+// take a core from the servers.
 func holdFor(since time.Time, hold time.Duration) {
-	const spinSlack = 80 * time.Microsecond
+	const spinSlack = 20 * time.Microsecond
 	if left := hold - time.Since(since) - spinSlack; left > 0 {
+		// PR_SET_TIMERSLACK of the thread this goroutine runs on now; a
+		// thread switch in between only costs the precision.
+		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, 29, 1, 0)
 		ts := syscall.NsecToTimespec(int64(left))
 		_ = syscall.Nanosleep(&ts, nil) // EINTR only shortens the sleep; the spin makes it up
 	}

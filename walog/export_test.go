@@ -74,12 +74,14 @@ func writeTestLog(path string, live int, slack int64, version uint32) error {
 
 // appendGrantRecord appends a version 2 record holding one grant.
 func appendGrantRecord(b []byte, key string, h Holder) []byte {
-	return appendRecords(b, []op{{typ: typeGrant, key: key, token: h.Token, h: h}})
+	b, _ = appendRecords(b, []op{{typ: typeGrant, key: key, token: h.Token, h: h}})
+	return b
 }
 
 // appendReleaseRecord appends a version 2 record holding one release.
 func appendReleaseRecord(b []byte, key string, token uint64) []byte {
-	return appendRecords(b, []op{{typ: typeRelease, key: key, token: token}})
+	b, _ = appendRecords(b, []op{{typ: typeRelease, key: key, token: token}})
+	return b
 }
 
 // The version 1 encoder, as the server wrote it before fencing tokens. The

@@ -185,9 +185,12 @@ func appendOp(b []byte, o op) []byte {
 }
 
 // appendRecords encodes ops as version 2 records: as few as the payload
-// bound allows (one, for any batch the engine makes in practice).
-func appendRecords(b []byte, ops []op) []byte {
+// bound allows (one, for any batch the engine makes in practice). It
+// returns the records' count beside the buffer.
+func appendRecords(b []byte, ops []op) ([]byte, int) {
+	records := 0
 	for len(ops) > 0 {
+		records++
 		start := len(b)
 		b = append(b, make([]byte, frameSize)...)
 		n := 0
@@ -198,7 +201,7 @@ func appendRecords(b []byte, ops []op) []byte {
 		b = sealFrame(b, start)
 		ops = ops[n:]
 	}
-	return b
+	return b, records
 }
 
 func appendString(b []byte, s string) []byte {

@@ -116,9 +116,10 @@ type Log struct {
 }
 
 type request struct {
-	rec  []byte
-	ops  []op
-	done chan error
+	rec     []byte // encoded records
+	records int    // how many records rec holds
+	ops     []op
+	done    chan error
 }
 
 type compactResult struct {
@@ -215,20 +216,28 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		}
 	}
 	l.size.Store(size)
+	retokened := false
 	for k, h := range l.live {
+		token := h.Token
 		if err := restore(k, &h); err != nil {
 			l.f.Close()
 			return nil, fmt.Errorf("walog: restore %q from %s: %w", k, path, err)
 		}
+		retokened = retokened || h.Token != token
 		l.live[k] = h
 		l.high = max(l.high, h.Token)
 	}
-	if version != version2 {
+	l.highToken.Store(l.high)
+	// A hold whose token the caller changed must be on disk under its new
+	// token before anything is appended: a later release names the grant
+	// by that token, and a replay would not match it to the old one.
+	if version != version2 || retokened {
 		if err := l.upgrade(); err != nil {
 			l.f.Close()
 			return nil, err
 		}
-		l.logger.Info("walog: rewrote a version 1 log in version 2 (fencing tokens)", "file", path, "held_keys", len(l.live))
+		l.logger.Info("walog: rewrote the log in version 2 with the tokens of its holds",
+			"file", path, "from_version", version, "held_keys", len(l.live))
 	}
 	l.logger.Debug("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
 	ok = true
@@ -262,8 +271,8 @@ func (l *Log) snapshot() []byte {
 		ops = append(ops, op{typ: typeGrant, key: k, token: h.Token, h: h})
 	}
 	snap := make([]byte, 0, headerSize+frameSize+9+l.liveBytes+int64(frameSize*(1+len(ops)*maxOp/maxPayload)))
-	snap = appendHeader(snap)
-	return appendRecords(snap, ops)
+	snap, _ = appendRecords(appendHeader(snap), ops)
+	return snap
 }
 
 // HighToken returns the highest fencing token the log holds a record of:
@@ -464,7 +473,8 @@ func (l *Log) Commit(batch []locker.Change) error {
 			size += 1 + 8 + 2 + len(c.Key)
 		}
 	}
-	return l.submit(&request{rec: appendRecords(make([]byte, 0, frameSize+size), ops), ops: ops})
+	rec, n := appendRecords(make([]byte, 0, frameSize+size), ops)
+	return l.submit(&request{rec: rec, records: n, ops: ops})
 }
 
 // Acquire records that key is held by h (its grant, token and session
@@ -625,8 +635,8 @@ func (l *Log) commit(batch []*request, buf []byte) []byte {
 		err = l.fail(err)
 	} else {
 		l.size.Add(int64(len(buf)))
-		l.records.Add(uint64(len(batch)))
 		for _, r := range batch {
+			l.records.Add(uint64(r.records))
 			for _, o := range r.ops {
 				l.apply(o)
 			}

@@ -268,11 +268,18 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 	}
 	var ans [1]byte
 	_, err = io.ReadFull(conn, ans[:])
-	if !stop() { // given up: whatever was read, the caller gets ctx's error
+	if !stop() { // given up: a Lock's caller gets ctx's error whatever was read
 		if err == nil && ans[0] == wire.AnswerOK && (a == wire.Lock || a == wire.TryLock) {
 			if uerr := c.giveBack(ctx, key); uerr != nil {
 				return 0, fmt.Errorf("%w; the grant that crossed it could not be given back: %v", ctx.Err(), uerr)
 			}
+		}
+		if a == wire.Unlock || a == wire.ResetByKey || a == wire.ResetBySource {
+			if err == nil {
+				return ans[0], nil // answered all the same: the outcome is known
+			}
+			// Sent, and no answer read: whether it took effect is unknown.
+			return 0, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 		}
 		return 0, ctx.Err()
 	}

@@ -20,7 +20,19 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // serve starts a real protocol server on a loopback port.
 func serve(t testing.TB) (addr string, table *locker.Table) {

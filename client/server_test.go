@@ -1,0 +1,276 @@
+package client_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The session tests that need what only the whole server does (the JSON
+// API, DATA_PATH, restarts) run the real binary, built once here.
+
+var (
+	buildOnce sync.Once
+	serverBin string
+	buildErr  error
+	buildDir  string
+)
+
+// serverBinary builds the server (the module root) once per test run.
+func serverBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "lc-client-test-")
+		if buildErr != nil {
+			return
+		}
+		serverBin = filepath.Join(buildDir, "locking-center")
+		cmd := exec.Command("go", "build", "-o", serverBin, ".")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return serverBin
+}
+
+// realServer is a locking-center process on loopback ports.
+type realServer struct {
+	t         *testing.T
+	env       []string
+	addr, web string
+	cmd       *exec.Cmd
+	logDone   chan struct{}
+
+	mu  sync.Mutex // guards log
+	log bytes.Buffer
+}
+
+var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
+
+// startReal starts the server with env added to its environment; bind
+// and web addresses default to free loopback ports. It is stopped at the
+// end of the test.
+func startReal(t *testing.T, env ...string) *realServer {
+	t.Helper()
+	s := &realServer{t: t, env: append([]string{"BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=127.0.0.1:0"}, env...)}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *realServer) start() {
+	t := s.t
+	t.Helper()
+	s.logDone = make(chan struct{})
+	s.cmd = exec.Command(serverBinary(t))
+	s.cmd.Env = append(os.Environ(), s.env...)
+	pipe, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start server: %v", err)
+	}
+	addrs := make(chan []string, 1)
+	done := s.logDone
+	go func() { // ends when the server exits and its stderr closes
+		defer close(done)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.log.WriteString(line + "\n")
+			s.mu.Unlock()
+			if m := startedRE.FindStringSubmatch(line); m != nil {
+				addrs <- m[1:]
+			}
+		}
+	}()
+	select {
+	case a := <-addrs:
+		s.addr, s.web = a[0], a[1]
+	case <-done:
+		t.Fatalf("server exited before it listened:\n%s", s.logText())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("server did not start in 10s:\n%s", s.logText())
+	}
+}
+
+func (s *realServer) logText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// stop sends SIGTERM, as in production, and waits for the exit.
+func (s *realServer) stop() {
+	if s.cmd == nil || s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.logDone
+	_ = s.cmd.Wait()
+}
+
+// restart stops the server and starts it again on the same addresses.
+func (s *realServer) restart() {
+	s.t.Helper()
+	s.stop()
+	s.env = append(s.env, "BIND_ADDRESS="+s.addr, "WEB_ADDRESS="+s.web)
+	s.start()
+}
+
+// apiKeyState is one key as GET /api/v1/keys/{key} shows it.
+type apiKeyState struct {
+	Key     string  `json:"key"`
+	Source  string  `json:"source"`
+	Token   uint64  `json:"token"`
+	Session *string `json:"session"`
+	Waiters int     `json:"waiters"`
+	Queue   []struct {
+		Source string `json:"source"`
+	} `json:"queue"`
+}
+
+// key reads one key from the JSON API; nil when it is not held.
+func (s *realServer) key(key string) *apiKeyState {
+	s.t.Helper()
+	resp, err := api.Get("http://" + s.web + "/api/v1/keys/" + url.PathEscape(key))
+	if err != nil {
+		s.t.Fatalf("JSON API: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return nil
+	case http.StatusOK:
+	default:
+		s.t.Fatalf("GET key %s: %s %s", key, resp.Status, body)
+	}
+	var k apiKeyState
+	if err := json.Unmarshal(body, &k); err != nil {
+		s.t.Fatalf("decode %s: %v", body, err)
+	}
+	return &k
+}
+
+// waiters returns the length of key's queue (-1: not held).
+func (s *realServer) waiters(key string) int {
+	s.t.Helper()
+	k := s.key(key)
+	if k == nil {
+		return -1
+	}
+	return len(k.Queue)
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// proxy stands between a session and the server, so that a test can cut
+// the connection, or keep the server out of reach, at will.
+type proxy struct {
+	l      net.Listener
+	wg     sync.WaitGroup // the accept loop and every copier
+	mu     sync.Mutex     // guards target, down, conns
+	target string
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		l.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down, target := p.down, p.target
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = true, true
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		p.wg.Go(func() { pipe(s, c) })
+		p.wg.Go(func() { pipe(c, s) })
+	}
+}
+
+// cut closes every connection through the proxy.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// setDown makes the proxy hang up every new connection (down) or forward
+// them again.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}

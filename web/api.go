@@ -33,6 +33,11 @@ type APIKey struct {
 	Since time.Time `json:"since"`
 	// Waiters is the number of requests queued for the key.
 	Waiters int `json:"waiters"`
+	// Token is the fencing token of the holder's grant.
+	Token uint64 `json:"token"`
+	// Session is the holding session's id (16 hex digits), null for a
+	// v1 hold.
+	Session *string `json:"session"`
 }
 
 // APIKeyDetail is one held key with its wait queue (GET /api/v1/keys/{key}).
@@ -67,8 +72,13 @@ type apiError struct {
 }
 
 func apiKeyOf(ki *locker.KeyInfo) APIKey {
-	return APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters,
-		KeyBase64: rawBase64(ki.Key), SourceBase64: rawBase64(ki.Holder.Source)}
+	k := APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters,
+		Token: ki.Token, KeyBase64: rawBase64(ki.Key), SourceBase64: rawBase64(ki.Holder.Source)}
+	if ki.Holder.Session != 0 {
+		id := ki.Holder.Session.String()
+		k.Session = &id
+	}
+	return k
 }
 
 // rawBase64 is s in base64 when s is not UTF-8, else "".

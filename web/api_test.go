@@ -41,12 +41,12 @@ func TestAPIListAndKey(t *testing.T) {
 	if len(list) != 3 || list[0]["key"] != "a" || list[1]["key"] != "ab" || list[2]["key"] != "b" {
 		t.Fatalf("list not in key order: %s", w.Body)
 	}
-	for _, field := range []string{"key", "source", "remote", "since", "waiters"} {
+	for _, field := range []string{"key", "source", "remote", "since", "waiters", "token", "session"} {
 		if _, ok := list[0][field]; !ok {
 			t.Errorf("field %q missing: %s", field, w.Body)
 		}
 	}
-	if len(list[0]) != 5 {
+	if len(list[0]) != 7 {
 		t.Errorf("list item has fields beyond the contract: %v", list[0])
 	}
 	if list[0]["since"] != "2026-11-30T10:00:00Z" || list[0]["waiters"] != 2.0 || list[0]["source"] != "svc-a" {

@@ -134,6 +134,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
+	// A key held through a session, as lc-cli lock KEY -- CMD holds it.
+	sess, err := s.table.OpenSession("report-runner", "10.0.2.30:41870", 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	if _, err := sess.Lock("reports/daily", func(_ uint64, err error) { granted <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("session lock: %v", err)
+	}
+
 	const key = "invoices/2026-11"
 	holder := client.New(s.tcp, client.WithSource("billing"))
 	if err := holder.Lock(ctx, key); err != nil {
@@ -171,9 +184,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatalf("open the dashboard: %v", err)
 	}
-	waiters, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=waiters]`, key))))
-	if err != nil || strings.TrimSpace(waiters) != "1" {
-		t.Fatalf("waiters cell: %q, %v; want 1", waiters, err)
+	next, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=next]`, key))))
+	if err != nil || !strings.Contains(next, "billing-retry") {
+		t.Fatalf("next-in-line cell: %q, %v; want the waiting billing-retry", next, err)
+	}
+	tag, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`tr[data-key="reports/daily"] [data-testid=session-tag]`)))
+	if tag = strings.ToLower(tag); err != nil || !strings.Contains(tag, "session") || !strings.Contains(tag, "connected") || strings.Contains(tag, "disconnected") {
+		t.Fatalf("session hold's tag: %q, %v", tag, err)
+	}
+	// A key link looks like a link: the accent colour and underlined, not
+	// the table's text.
+	look, err := chromedp.Run(browser, chromedp.Evaluate[string](`(() => {
+		const a = document.querySelector('tr[data-key="db/migrations"] [data-testid=key-link]');
+		const s = getComputedStyle(a), td = getComputedStyle(a.closest('tr'));
+		return s.textDecorationLine + "|" + (s.color !== td.color);
+	})()`))
+	if err != nil || look != "underline|true" {
+		t.Fatalf("key link style %q (%v), want underlined in its own colour", look, err)
 	}
 	stuckRow, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`tr.is-stuck`)))
 	if err != nil || !strings.Contains(stuckRow, "deploy/production") {
@@ -195,6 +222,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	saveScreenshot(t, "dashboard.png", shot)
 	if title, _ := chromedp.Run(browser, chromedp.Title()); strings.Contains(title, "pwned") {
 		t.Fatal("a key's markup ran as HTML")
+	}
+
+	// At 420 px wide (a phone) a key wraps at a readable width, not one
+	// character a line: its link spans at most two lines.
+	if err := chromedp.Do(browser, chromedp.EmulateViewport(420, 820)); err != nil {
+		t.Fatalf("narrow viewport: %v", err)
+	}
+	lines, err := chromedp.Run(browser, chromedp.Evaluate[int](
+		`document.querySelector('tr[data-key="cache/warmup/eu-west"] [data-testid=key-link]').getClientRects().length`))
+	if err != nil || lines < 1 || lines > 2 {
+		t.Fatalf("at 420 px the 20-character key spans %d lines (%v), want at most 2", lines, err)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "dashboard-420px.png", shot)
+	}
+	if err := chromedp.Do(browser, chromedp.EmulateViewport(1360, 820)); err != nil {
+		t.Fatalf("wide viewport: %v", err)
 	}
 
 	// The key's page lists the waiter; its Reset button starts the reset.
@@ -220,7 +264,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("open the confirmation: %v", err)
 	}
 	confirm, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-testid=confirm]`)))
-	if err != nil || !strings.Contains(confirm, "1 waiter is answered") {
+	if err != nil || !strings.Contains(confirm, "1 client waiting for it is turned away") || strings.Contains(confirm, "'-'") {
 		t.Fatalf("confirmation text: %q, %v", confirm, err)
 	}
 	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {

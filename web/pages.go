@@ -24,6 +24,9 @@ func (s *server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /reset/source", s.confirmResetSource)
 	mux.HandleFunc("POST /reset/key", s.formResetKey)
 	mux.HandleFunc("POST /reset/source", s.formResetSource)
+	mux.HandleFunc("GET /sessions", s.sessionsPage)
+	mux.HandleFunc("GET /sessions/{session}/end", s.confirmEndSession)
+	mux.HandleFunc("POST /sessions/{session}/end", s.formEndSession)
 	mux.Handle("GET /assets/", assets.Handler())
 }
 
@@ -51,8 +54,21 @@ type row struct {
 	Since               time.Time
 	Held                time.Duration
 	Stuck               bool
+	Token               uint64
+	Session             sessionRef // zero for a v1 hold
 	Waiters             int
 	OldestWait          time.Duration // 0 when nobody waits
+	// Next is the head of the queue: who gets the key when it is
+	// released; its Source is "" when nobody waits.
+	Next queueRow
+}
+
+// sessionRef is a session as a row shows it.
+type sessionRef struct {
+	ID        locker.SessionID // 0: not a session's
+	Open      bool             // false once the session has ended
+	Connected bool
+	ExpiresIn time.Duration
 }
 
 // query is the dashboard's state in its URL: filter, order and page.
@@ -121,6 +137,7 @@ type keyData struct {
 type queueRow struct {
 	Position       int
 	Source, Remote string
+	Session        locker.SessionID // 0 for a v1 waiter
 	Since          time.Time
 	Waiting        time.Duration
 }
@@ -136,6 +153,8 @@ type confirmData struct {
 	Waiters int
 	// For a source: how many keys it holds.
 	Keys int
+	// For a session: what it is.
+	Session locker.SessionInfo
 }
 
 func parseQuery(r *http.Request) query {
@@ -202,10 +221,32 @@ func (s *server) rowOf(ki *locker.KeyInfo, now time.Time) row {
 		Held: now.Sub(ki.Since), Waiters: ki.Waiters,
 	}
 	r.Stuck = r.Held >= s.opts.StuckAfter
+	r.Token = ki.Token
+	r.Session = s.sessionRef(ki.Holder.Session)
 	if !ki.OldestWaiter.IsZero() {
 		r.OldestWait = max(now.Sub(ki.OldestWaiter), time.Nanosecond)
 	}
+	if len(ki.Queue) > 0 {
+		r.Next = queueRowOf(1, &ki.Queue[0], now)
+	}
 	return r
+}
+
+func queueRowOf(position int, w *locker.Waiter, now time.Time) queueRow {
+	return queueRow{Position: position, Source: w.Source, Remote: w.Remote, Session: w.Session,
+		Since: w.Since, Waiting: now.Sub(w.Since)}
+}
+
+// sessionRef looks session id up; the zero sessionRef for 0.
+func (s *server) sessionRef(id locker.SessionID) sessionRef {
+	if id == 0 {
+		return sessionRef{}
+	}
+	ref := sessionRef{ID: id}
+	if si, ok := s.opts.Table.SessionInfo(id); ok {
+		ref.Open, ref.Connected, ref.ExpiresIn = true, si.Connected, si.ExpiresIn
+	}
+	return ref
 }
 
 // isLive tells the script's refresh requests, which want only the #live
@@ -232,8 +273,8 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 		d.Holder = s.rowOf(&ki, now)
 		d.Holder.Waiters = len(ki.Queue)
 		d.Queue = make([]queueRow, len(ki.Queue))
-		for i, q := range ki.Queue {
-			d.Queue[i] = queueRow{Position: i + 1, Source: q.Source, Remote: q.Remote, Since: q.Since, Waiting: now.Sub(q.Since)}
+		for i := range ki.Queue {
+			d.Queue[i] = queueRowOf(i+1, &ki.Queue[i], now)
 		}
 	} else {
 		status = http.StatusNotFound

@@ -163,7 +163,7 @@ func TestFormReset(t *testing.T) {
 	f.wait(raw, "w")
 
 	w := f.do("GET", "/reset/key?key="+url.QueryEscape(raw), "")
-	if !strings.Contains(w.Body.String(), "1 waiter is answered") || !strings.Contains(w.Body.String(), `name="key_pct" value="raw%FF%20key"`) {
+	if !strings.Contains(w.Body.String(), "1 client waiting for it is turned away") || !strings.Contains(w.Body.String(), `name="key_pct" value="raw%FF%20key"`) {
 		t.Fatalf("confirmation page: %s", w.Body)
 	}
 	// Another site's form is refused and changes nothing.

@@ -130,6 +130,8 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/keys/{key...}", s.apiKey)
 	mux.HandleFunc("POST /api/v1/reset/key", s.apiResetKey)
 	mux.HandleFunc("POST /api/v1/reset/source", s.apiResetSource)
+	mux.HandleFunc("GET /api/v1/sessions", s.apiSessions)
+	mux.HandleFunc("POST /api/v1/sessions/{session}/end", s.apiEndSession)
 
 	s.routes(mux)
 	s.mux = mux

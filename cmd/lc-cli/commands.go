@@ -35,8 +35,9 @@ func signalStatus(sig os.Signal) int {
 
 func (a *app) cmdLock(ctx context.Context, args []string) (int, error) {
 	fs := a.flagSet("lock")
-	var timeout durationFlag
+	var timeout, ttl durationFlag
 	fs.Var(&timeout, "timeout", "give up waiting after D")
+	fs.Var(&ttl, "ttl", "TTL of the session holding KEY for CMD")
 	pos, child, sep, done, err := a.parse("lock", fs, args)
 	if err != nil || done {
 		return exitOK, err
@@ -45,13 +46,17 @@ func (a *app) cmdLock(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if sep && len(child) == 0 {
-		return 0, a.usage("lock", "no command after --")
+	if err := a.checkCommand("lock", sep, child, ttl.d); err != nil {
+		return 0, err
 	}
 
 	sigs, stop := catchSignals()
 	defer stop()
+	if sep {
+		return a.lockInSession(ctx, sigs, "lock", key, false, timeout.d, ttl.d, 0, child)
+	}
 
+	// Without a command: a v1 hold, which outlives lc-cli.
 	c := a.client()
 	sig, err := a.waitTurn(ctx, sigs, key, timeout.d, c.Lock)
 	if code, err := a.notAcquired("lock", key, timeout.d, sig, err); code >= 0 {
@@ -62,15 +67,26 @@ func (a *app) cmdLock(ctx context.Context, args []string) (int, error) {
 		a.releaseOrSay(c, key)
 		return signalStatus(sig), nil
 	}
-	if !sep {
-		return exitOK, nil
+	return exitOK, nil
+}
+
+// checkCommand checks what follows KEY: a command after "--", and --ttl
+// only with one (a hold without a command is v1's, with no session).
+func (a *app) checkCommand(c string, sep bool, child []string, ttl time.Duration) error {
+	switch {
+	case sep && len(child) == 0:
+		return a.usage(c, "no command after --")
+	case !sep && ttl != 0:
+		return a.usage(c, "--ttl is for a key held while a command runs (%s KEY --ttl D -- CMD)", c)
 	}
-	return a.runLocked(c, sigs, key, child)
+	return nil
 }
 
 func (a *app) cmdTryLock(ctx context.Context, args []string) (int, error) {
 	fs := a.flagSet("trylock")
 	conflict := fs.Int("conflict-exit-code", exitNotAcquired, "exit status when the key is held")
+	var ttl durationFlag
+	fs.Var(&ttl, "ttl", "TTL of the session holding KEY for CMD")
 	pos, child, sep, done, err := a.parse("trylock", fs, args)
 	if err != nil || done {
 		return exitOK, err
@@ -82,17 +98,21 @@ func (a *app) cmdTryLock(ctx context.Context, args []string) (int, error) {
 	if *conflict < 0 || *conflict > 255 {
 		return 0, a.usage("trylock", "--conflict-exit-code %d: want 0 to 255", *conflict)
 	}
-	if sep && len(child) == 0 {
-		return 0, a.usage("trylock", "no command after --")
+	if err := a.checkCommand("trylock", sep, child, ttl.d); err != nil {
+		return 0, err
 	}
 	// Signals are caught from here on so that one arriving between the
 	// grant and the start of CMD still leads to a release.
 	sigs, stop := catchSignals()
 	defer stop()
+	if sep {
+		return a.lockInSession(ctx, sigs, "trylock", key, true, 0, ttl.d, *conflict, child)
+	}
 
 	c := a.client()
 	switch err := c.TryLock(ctx, key); {
 	case errors.Is(err, client.ErrLocked):
+		a.sayBusy(ctx, key)
 		return *conflict, nil
 	case errors.Is(err, client.ErrRefused):
 		return 0, withCode(exitNotAcquired, "trylock %s: not acquired: the server answered '-' (see its log)", printable(key))
@@ -105,10 +125,7 @@ func (a *app) cmdTryLock(ctx context.Context, args []string) (int, error) {
 		return signalStatus(sig), nil
 	default:
 	}
-	if !sep {
-		return exitOK, nil
-	}
-	return a.runLocked(c, sigs, key, child)
+	return exitOK, nil
 }
 
 func (a *app) cmdWait(ctx context.Context, args []string) (int, error) {
@@ -228,6 +245,9 @@ func (a *app) cmdUnlock(ctx context.Context, args []string) (int, error) {
 		return 0, a.usage("unlock", "unlock runs no command")
 	}
 	switch err := a.client().Unlock(ctx, key); {
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return 0, withCode(exitServer, "unlock %s: sent, but the server at %s did not answer (%s): the key may or may not be released; not sent again, as a second unlock could release whoever holds it now (see 'lc-cli keys')",
+			printable(key), a.address, rootCause(err))
 	case errors.Is(err, client.ErrRefused):
 		return 0, withCode(exitServer, "unlock %s: the server answered '-': the key was not held", printable(key))
 	case err != nil:
@@ -255,9 +275,11 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		before, known := a.heldBefore(ctx, key)
 		if err := c.ResetByKey(ctx, key); err != nil {
 			return 0, a.describe("reset key", key, err)
 		}
+		a.sayResetKey(key, before, known)
 	case "source":
 		source := a.source
 		switch {
@@ -269,6 +291,7 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 		if len(source) > wire.MaxField {
 			return 0, a.usage("reset", "SOURCE is %d bytes long; at most %d are allowed", len(source), wire.MaxField)
 		}
+		held, more, known := a.heldBySource(ctx, source)
 		if err := c.ResetBySource(ctx, source); err != nil {
 			what := source
 			if what == "" {
@@ -276,6 +299,7 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 			}
 			return 0, a.describe("reset source", what, err)
 		}
+		a.sayResetSource(source, held, more, known)
 	default:
 		return 0, a.usage("reset", "unknown reset %q: want 'key' or 'source'", pos[0])
 	}

@@ -5,7 +5,9 @@ const exitTable = `Exit status:
   1    not acquired: trylock found the key held, --timeout passed, or the
        server answered '-' to lock or wait (the key or source was reset)
   2    usage error
-  3    server unreachable, or unlock or reset answered '-'
+  3    server unreachable, or unlock or reset answered '-', or an unlock
+       was sent but not answered (it is never sent again)
+  4    the session holding KEY for CMD was lost while CMD ran
   126  CMD could not be run; 127 CMD was not found
   128+n  lc-cli (while waiting) or CMD was killed by signal n:
        130 SIGINT (Ctrl-C), 143 SIGTERM
@@ -26,14 +28,17 @@ Usage:
   lc-cli [--address HOST:PORT] [--source NAME] COMMAND
 
 Commands:
-  lock KEY [--timeout D] [-- CMD ARGS...]    wait for KEY; run CMD under it
-  trylock KEY [--conflict-exit-code N] [-- CMD ARGS...]
+  lock KEY [--timeout D] [--ttl D] [-- CMD ARGS...]
+                                             wait for KEY; run CMD under it
+  trylock KEY [--conflict-exit-code N] [--ttl D] [-- CMD ARGS...]
                                              take KEY only if it is free now
   unlock KEY                                 release KEY (any holder's)
   wait KEY [--timeout D]                     wait for KEY's turn, take nothing
   reset key KEY                              drop KEY's holder, refuse its waiters
   reset source [SOURCE]                      release all SOURCE holds and waits
   keys [--web-address HOST:PORT] [--json]    list the held keys
+  sessions [--web-address HOST:PORT] [--json]
+                                             list the open sessions
   version                                    print the version
   help [COMMAND]                             this text, or a command's
 
@@ -44,26 +49,35 @@ Examples:
 
 ` + globalFlags + `
 Environment: LC_ADDRESS, LC_SOURCE, LC_WEB_ADDRESS (defaults of the flags above).
-CMD sees LC_KEY (the key it holds) and LC_ADDRESS in its environment.
+CMD sees LC_KEY (the key it holds), LC_ADDRESS and LC_FENCING_TOKEN (the
+grant's fencing token, decimal) in its environment.
 
 ` + exitTable + `
 Run 'lc-cli COMMAND --help' for a command's flags and examples.
 `
 
-const helpLock = `Usage: lc-cli lock KEY [--timeout D] [-- CMD ARGS...]
+const helpLock = `Usage: lc-cli lock KEY [--timeout D] [--ttl D] [-- CMD ARGS...]
 
 Wait in line for KEY (first come, first served) and take it.
 
-With "-- CMD ARGS...", run CMD (no shell: use sh -c '...' for one) with this
-terminal's stdin, stdout and stderr, then release KEY however CMD ends, and
-exit with CMD's status (128+n when signal n killed it). SIGINT, SIGTERM,
-SIGHUP and SIGQUIT sent to lc-cli are passed on to CMD. CMD finds the key in
-$LC_KEY and the server in $LC_ADDRESS. If the release fails after a few
-retries, lc-cli says so in one line on stderr and still exits with CMD's
-status.
+With "-- CMD ARGS...", KEY is held through a session while CMD runs (no
+shell: use sh -c '...' for one), with this terminal's stdin, stdout and
+stderr; KEY is released however CMD ends, and lc-cli exits with CMD's status
+(128+n when signal n killed it). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+lc-cli are passed on to CMD. CMD finds the key in $LC_KEY, the server in
+$LC_ADDRESS and the grant's fencing token in $LC_FENCING_TOKEN (a number
+that grows with every grant: a resource that remembers the highest token it
+has seen can refuse a holder whose turn has passed).
 
-Without CMD, lock just takes KEY and exits 0: KEY stays held until someone
-runs "lc-cli unlock KEY".
+The session belongs to this lc-cli: if lc-cli is killed, or its machine
+dies, the server releases KEY one TTL later. If the session is lost while
+CMD runs (the server unreachable past the TTL, or the session ended from
+the dashboard), lc-cli says so, sends CMD SIGTERM and exits 4 once CMD has
+ended. The release is one Unlock of this grant only: a key reset and taken
+by someone else meanwhile is never released by it.
+
+Without CMD, lock takes KEY and exits 0: KEY stays held (a v1 hold, with no
+session) until someone runs "lc-cli unlock KEY".
 
 While waiting on a terminal, one status line shows who holds KEY, for how
 long, and how many are ahead of you (from the JSON API, see --web-address).
@@ -72,26 +86,31 @@ Ctrl-C or SIGTERM while waiting leaves the queue and exits 130 or 143.
 Flags (also accepted after KEY):
   --timeout D   give up waiting after D (30s, 5m, or seconds: 30); exit 1.
                 0, the default, waits for ever.
+  --ttl D       the session's TTL with -- CMD (1s to 10m); default the
+                server's SESSION_TTL
 
 ` + globalFlags + `
 Examples:
   lc-cli lock deploy/prod -- ./deploy.sh --env prod
-  lc-cli lock demo --timeout 5m -- sh -c 'make migrate && make release'
+  lc-cli lock demo --timeout 5m --ttl 30s -- sh -c 'make migrate && make release'
   lc-cli lock maintenance && do-things && lc-cli unlock maintenance
 
 ` + exitTable
 
-const helpTryLock = `Usage: lc-cli trylock KEY [--conflict-exit-code N] [-- CMD ARGS...]
+const helpTryLock = `Usage: lc-cli trylock KEY [--conflict-exit-code N] [--ttl D] [-- CMD ARGS...]
 
-Take KEY only if it is free right now; never wait (flock -n).
+Take KEY only if it is free right now; never wait (flock -n). On a
+terminal, a busy KEY is reported in one line naming its holder.
 
-With "-- CMD ARGS...", run CMD under KEY exactly as "lock" does (status,
-signals, release). Without CMD, take KEY and exit 0: it stays held until
-"lc-cli unlock KEY".
+With "-- CMD ARGS...", hold KEY through a session and run CMD under it
+exactly as "lock" does (status, signals, LC_FENCING_TOKEN, release, exit 4
+when the session is lost). Without CMD, take KEY and exit 0: it stays held
+until "lc-cli unlock KEY".
 
 Flags (also accepted after KEY):
   --conflict-exit-code N   exit status when KEY is held by someone (default 1),
                            so that a script can tell "busy" from a failure
+  --ttl D                  the session's TTL with -- CMD (default the server's)
 
 ` + globalFlags + `
 Examples:
@@ -103,8 +122,11 @@ Examples:
 
 const helpUnlock = `Usage: lc-cli unlock KEY
 
-Release KEY. There is no ownership check: any client may release any key;
-the first live waiter gets it at once. Exits 3 if KEY was not held.
+Release KEY. There is no ownership check: any client may release any key,
+a session's hold included; the first live waiter gets it at once. Exits 3
+if KEY was not held, or if the server did not answer once the unlock was
+sent: it is not sent again, since a second unlock could release whoever
+took KEY meanwhile.
 
 ` + globalFlags + `
 Example:
@@ -128,6 +150,9 @@ Example:
 
 const helpReset = `Usage: lc-cli reset key KEY
        lc-cli reset source [SOURCE]
+
+Each prints what it released, as the JSON API showed it just before (or
+that nothing was held).
 
 reset key KEY drops KEY's holder (a crashed client, say) and answers '-' to
 every waiter of KEY: their "lock" exits 1.
@@ -158,6 +183,22 @@ Flags:
 Examples:
   lc-cli keys
   lc-cli keys --prefix deploy/ --json | jq -r '.[].key'
+
+` + exitTable
+
+const helpSessions = `Usage: lc-cli sessions [--web-address HOST:PORT] [--json]
+
+List the open sessions, connected or not: id, source, remote address,
+state, TTL, time left before expiry, keys held, Locks waiting. Read from the
+server's JSON API (GET /api/v1/sessions) on its web port.
+
+Flags:
+  --json        print the API's JSON list as it is, for scripts
+
+` + globalFlags + `
+Examples:
+  lc-cli sessions
+  lc-cli sessions --json | jq -r '.[] | select(.connected | not) | .session'
 
 ` + exitTable
 

@@ -112,6 +112,7 @@ func init() {
 		{"wait", helpWait, (*app).cmdWait},
 		{"reset", helpReset, (*app).cmdReset},
 		{"keys", helpKeys, (*app).cmdKeys},
+		{"sessions", helpSessions, (*app).cmdSessions},
 		{"version", helpVersion, (*app).cmdVersion},
 		{"help", helpHelp, (*app).cmdHelp},
 	}

@@ -24,6 +24,8 @@ type apiKey struct {
 	Since   time.Time  `json:"since"`
 	Waiters int        `json:"waiters"`
 	Queue   []apiQueue `json:"queue"` // only in GET /api/v1/keys/{key}
+	Token   uint64     `json:"token"`
+	Session *string    `json:"session"` // nil for a v1 hold
 }
 
 // apiQueue is one waiter of a key, in queue order.
@@ -107,6 +109,19 @@ func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
 		return nil, fmt.Errorf("the JSON API sent a key that does not decode: %w", err)
 	}
 	return &k, nil
+}
+
+// keys fetches the first page of held keys, as large as the API allows;
+// more is true when further pages follow.
+func (w *webAPI) keys(ctx context.Context) (keys []apiKey, more bool, err error) {
+	body, hdr, err := w.get(ctx, "/api/v1/keys", url.Values{"limit": {"10000"}})
+	if err != nil {
+		return nil, false, err
+	}
+	if err := json.Unmarshal(body, &keys); err != nil {
+		return nil, false, fmt.Errorf("the JSON API sent a list that does not decode: %w", err)
+	}
+	return keys, hdr.Get("Link") != "", nil
 }
 
 func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {

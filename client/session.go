@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/locking-center/locking-center/wire"
 )
 
 // Errors of a Session, besides ErrLocked, ErrReset, ErrRefused and
@@ -59,7 +61,7 @@ const (
 // sets it on its side.
 var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 4}
 
-// Session is one session of SPEC §7: one TCP connection that carries the
+// Session is one session (docs/protocol.md, "Sessions"): one TCP connection that carries the
 // requests of many goroutines at once, answered out of order, and that
 // owns the keys it takes. Its holds end with it: at Close, when the server
 // ends it, or one TTL after it was last heard from (a crashed program's
@@ -134,7 +136,7 @@ type stray struct {
 
 // call is one request of a session.
 type call struct {
-	action byte
+	action wire.Action
 	id     uint32 // given when the writer takes it
 	key    string
 	token  uint64 // the request's token (Unlock), or the Lock a Cancel names
@@ -171,8 +173,8 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 	if cfg.ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL %v", ErrRefused, cfg.ttl)
 	}
-	if len(cfg.source) > maxField || len(cfg.auth) > maxField {
-		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, errFieldTooLong)
+	if len(cfg.source) > wire.MaxField || len(cfg.auth) > wire.MaxField {
+		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, wire.ErrFieldTooLong)
 	}
 	s := &Session{
 		address: address,
@@ -189,8 +191,8 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 		s.end(err)
 		return nil, err
 	}
-	s.id = op.session
-	s.ttl = time.Duration(op.ttlMS) * time.Millisecond
+	s.id = op.Session
+	s.ttl = time.Duration(op.TTLMillis) * time.Millisecond
 	s.confirmed, s.lastSent = sentAt, sentAt
 	s.wg.Add(1)
 	go s.run(conn)
@@ -234,7 +236,7 @@ func (s *Session) Lock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("lock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(actLock, key, 0))
+	res, err := s.roundTrip(ctx, s.newCall(wire.Lock, key, 0))
 	if err != nil {
 		return 0, fmt.Errorf("lock %q: %w", key, err)
 	}
@@ -251,7 +253,7 @@ func (s *Session) TryLock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("trylock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(actTryLock, key, 0))
+	res, err := s.roundTrip(ctx, s.newCall(wire.TryLock, key, 0))
 	if err != nil {
 		return 0, fmt.Errorf("trylock %q: %w", key, err)
 	}
@@ -276,7 +278,7 @@ func (s *Session) Unlock(ctx context.Context, key string, token uint64) error {
 	if err := validKey(key); err != nil {
 		return fmt.Errorf("unlock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(actUnlock, key, token))
+	res, err := s.roundTrip(ctx, s.newCall(wire.Unlock, key, token))
 	if err != nil {
 		return fmt.Errorf("unlock %q: %w", key, err)
 	}
@@ -292,20 +294,20 @@ func (s *Session) ResetByKey(ctx context.Context, key string) error {
 	if err := validKey(key); err != nil {
 		return fmt.Errorf("reset key: %w", err)
 	}
-	return s.reset(ctx, actResetByKey, key)
+	return s.reset(ctx, wire.ResetByKey, key)
 }
 
 // ResetBySource refuses every waiter of source and releases every key it
 // holds; empty source means this connection's IP address. This session
 // stays open, though it loses its holds if source is its own.
 func (s *Session) ResetBySource(ctx context.Context, source string) error {
-	if len(source) > maxField {
-		return fmt.Errorf("reset source: %w: source %w", ErrRefused, errFieldTooLong)
+	if len(source) > wire.MaxField {
+		return fmt.Errorf("reset source: %w: source %w", ErrRefused, wire.ErrFieldTooLong)
 	}
-	return s.reset(ctx, actResetBySource, source)
+	return s.reset(ctx, wire.ResetBySource, source)
 }
 
-func (s *Session) reset(ctx context.Context, action byte, what string) error {
+func (s *Session) reset(ctx context.Context, action wire.Action, what string) error {
 	res, err := s.roundTrip(ctx, s.newCall(action, what, 0))
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", actionName(action), what, err)
@@ -314,6 +316,17 @@ func (s *Session) reset(ctx context.Context, action byte, what string) error {
 		return nil
 	}
 	return fmt.Errorf("%s %q: %w", actionName(action), what, s.refusal(res.status, ErrRefused))
+}
+
+// actionName names an action in errors.
+func actionName(a wire.Action) string {
+	switch a {
+	case wire.ResetByKey:
+		return "reset key"
+	case wire.ResetBySource:
+		return "reset source"
+	}
+	return a.String()
 }
 
 // refusal is the error of a non-'+' answer.
@@ -391,7 +404,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// A Close lost with its connection is sent again on the next one:
 		// closing twice is harmless, and a Close that did apply makes that
 		// resume fail, which ends the session as closed.
-		_, err = s.roundTrip(ctx, s.newCall(actClose, "", 0))
+		_, err = s.roundTrip(ctx, s.newCall(wire.Close, "", 0))
 		if !errors.Is(err, ErrDisconnected) {
 			break
 		}
@@ -409,13 +422,13 @@ func validKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrRefused)
-	case len(key) > maxField:
-		return fmt.Errorf("%w: key of %d bytes %w", ErrRefused, len(key), errFieldTooLong)
+	case len(key) > wire.MaxField:
+		return fmt.Errorf("%w: key of %d bytes %w", ErrRefused, len(key), wire.ErrFieldTooLong)
 	}
 	return nil
 }
 
-func (s *Session) newCall(action byte, key string, token uint64) *call {
+func (s *Session) newCall(action wire.Action, key string, token uint64) *call {
 	return &call{action: action, key: key, token: token, done: make(chan result, 1)}
 }
 
@@ -471,15 +484,15 @@ func (s *Session) giveUp(ctx context.Context, c *call) (result, error) {
 	case !c.sent:
 		c.dropped = true // nothing reached the server
 		return result{}, err
-	case c.action == actLock:
+	case c.action == wire.Lock:
 		c.gaveUp = true
-		s.queue = append(s.queue, &call{action: actCancel, token: uint64(c.id), internal: func(result) {}})
+		s.queue = append(s.queue, &call{action: wire.Cancel, token: uint64(c.id), internal: func(result) {}})
 		s.signal()
 		return result{}, err
-	case c.action == actTryLock:
+	case c.action == wire.TryLock:
 		c.gaveUp = true // a '+' to come is given back
 		return result{}, err
-	case c.action == actClose:
+	case c.action == wire.Close:
 		return result{}, err
 	}
 	c.gaveUp = true
@@ -501,15 +514,16 @@ func (s *Session) complete(c *call, r result) {
 
 // open dials and sends an open frame (resume 0: a new session). It
 // returns the connection of a '+' and when the frame was sent.
-func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, opened, time.Time, error) {
+func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, wire.OpenAnswer, time.Time, error) {
 	if s.cfg.dialTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.dialTimeout)
 		defer cancel()
 	}
-	frame, err := appendOpen(make([]byte, 0, 32), s.ttlMS(), resume, s.cfg.source, s.cfg.auth)
+	open := wire.Open{Version: wire.SessionVersion, TTLMillis: s.ttlMS(), Resume: resume, Source: s.cfg.source, Auth: s.cfg.auth}
+	frame, err := open.Append(make([]byte, 0, 32))
 	if err != nil {
-		return nil, opened{}, time.Time{}, fmt.Errorf("%w: %w", ErrRefused, err)
+		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	var conn net.Conn
 	if s.cfg.dial != nil {
@@ -519,14 +533,14 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, opened, ti
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, opened{}, time.Time{}, context.Cause(ctx)
+			return nil, wire.OpenAnswer{}, time.Time{}, context.Cause(ctx)
 		}
-		return nil, opened{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	// ctx bounds the exchange too: its end makes the read or write fail.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	sentAt := time.Now()
-	var b [openedSize]byte
+	var b [wire.OpenAnswerSize]byte
 	var n int
 	if _, err = conn.Write(frame); err == nil {
 		n, err = io.ReadFull(conn, b[:])
@@ -537,23 +551,23 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, opened, ti
 		case n >= 1 && b[0] == '-':
 			// A server that does not speak sessions answers one '-' and
 			// closes: the frame's first byte is not a v1 action.
-			return nil, opened{}, time.Time{}, fmt.Errorf("%w: the server refused the session (it answered '-' and closed: no session support?)", ErrRefused)
+			return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: the server refused the session (it answered '-' and closed: no session support?)", ErrRefused)
 		case ctx.Err() != nil:
-			return nil, opened{}, time.Time{}, context.Cause(ctx)
+			return nil, wire.OpenAnswer{}, time.Time{}, context.Cause(ctx)
 		}
-		return nil, opened{}, time.Time{}, fmt.Errorf("%w: opening a session: %w", ErrUnreachable, err)
+		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: opening a session: %w", ErrUnreachable, err)
 	}
-	op := decodeOpened(b)
-	if op.status != '+' {
+	op, _ := wire.DecodeOpenAnswer(b[:]) // b is whole
+	if op.Status != wire.AnswerOK {
 		conn.Close()
 		if resume != 0 {
 			return nil, op, sentAt, fmt.Errorf("%w: the server refused to resume session %016x (expired or ended)", ErrSessionLost, resume)
 		}
 		return nil, op, sentAt, fmt.Errorf("%w: the server refused the session (wrong auth token, connection limit, or unknown version)", ErrRefused)
 	}
-	if op.ttlMS == 0 || op.session == 0 {
+	if op.TTLMillis == 0 || op.Session == 0 {
 		conn.Close()
-		return nil, op, sentAt, fmt.Errorf("%w: the server opened a session with ttl %d ms, id %d", ErrUnreachable, op.ttlMS, op.session)
+		return nil, op, sentAt, fmt.Errorf("%w: the server opened a session with ttl %d ms, id %d", ErrUnreachable, op.TTLMillis, op.Session)
 	}
 	return conn, op, sentAt, nil
 }
@@ -640,15 +654,15 @@ func (s *Session) disconnected(cause error) {
 	for id, c := range s.pending {
 		delete(s.pending, id)
 		switch c.action {
-		case actLock, actTryLock:
+		case wire.Lock, wire.TryLock:
 			s.strays = append(s.strays, stray{key: c.key})
 			s.complete(c, result{err: fmt.Errorf("%w: %w", ErrDisconnected, cause)})
-		case actUnlock:
+		case wire.Unlock:
 			if c.internal == nil {
 				s.strays = append(s.strays, stray{key: c.key, token: c.token})
 			}
 			s.complete(c, result{err: fmt.Errorf("%w: %w: %w", ErrOutcomeUnknown, ErrDisconnected, cause)})
-		case actResetByKey, actResetBySource:
+		case wire.ResetByKey, wire.ResetBySource:
 			s.complete(c, result{err: fmt.Errorf("%w: %w: %w", ErrOutcomeUnknown, ErrDisconnected, cause)})
 		default:
 			s.complete(c, result{err: fmt.Errorf("%w: %w", ErrDisconnected, cause)})
@@ -659,7 +673,7 @@ func (s *Session) disconnected(cause error) {
 	// queued Ping is of no use to the next one.
 	q := s.queue[:0]
 	for _, c := range s.queue {
-		if c.action != actCancel && c.action != actPing {
+		if c.action != wire.Cancel && c.action != wire.Ping {
 			q = append(q, c)
 		}
 	}
@@ -733,7 +747,7 @@ func (s *Session) resumed(sentAt time.Time) {
 // strayUnlock is the session's own Unlock of a stray grant. If its
 // answer is lost too, the stray stays for the next resume.
 func (s *Session) strayUnlock(st stray) *call {
-	return &call{action: actUnlock, key: st.key, token: st.token, internal: func(r result) {
+	return &call{action: wire.Unlock, key: st.key, token: st.token, internal: func(r result) {
 		switch {
 		case r.err != nil && errors.Is(r.err, ErrDisconnected):
 			s.strays = append(s.strays, st)
@@ -776,55 +790,61 @@ func (s *Session) finish(err error) {
 // read reads answers and hands each to its call until the connection
 // fails.
 func (s *Session) read(conn net.Conn) error {
-	br := bufio.NewReaderSize(conn, 64*answerSize)
-	var b [answerSize]byte
+	br := bufio.NewReaderSize(conn, 64*wire.AnswerSize)
+	var b [wire.AnswerSize]byte
 	for {
 		if _, err := io.ReadFull(br, b[:]); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
 		s.mu.Lock()
-		s.deliver(decodeAnswer(b[:]))
+		s.deliver(answerOf(b))
 		// Deliver what else is already read under the same lock.
-		for br.Buffered() >= answerSize {
+		for br.Buffered() >= wire.AnswerSize {
 			if _, err := io.ReadFull(br, b[:]); err != nil {
 				s.mu.Unlock()
 				return fmt.Errorf("read: %w", err)
 			}
-			s.deliver(decodeAnswer(b[:]))
+			s.deliver(answerOf(b))
 		}
 		s.mu.Unlock()
 	}
 }
 
+// answerOf decodes a whole answer.
+func answerOf(b [wire.AnswerSize]byte) wire.Answer {
+	a, _ := wire.DecodeAnswer(b[:]) // b is whole
+	return a
+}
+
 // deliver settles the call an answer is for; mu is held.
-func (s *Session) deliver(a answer) {
-	c := s.pending[a.id]
+func (s *Session) deliver(a wire.Answer) {
+	c := s.pending[a.ID]
 	if c == nil {
-		s.log.Debug("session answer for no pending request", "id", a.id, "status", string(a.status))
+		s.log.Debug("session answer for no pending request", "id", a.ID, "status", string(a.Status))
 		return
 	}
 	if len(s.pending) >= maxPending-1 && len(s.queue) > 0 {
 		s.signal() // the writer may be holding requests back
 	}
-	delete(s.pending, a.id)
+	delete(s.pending, a.ID)
 	if c.sentAt.After(s.confirmed) {
 		s.confirmed = c.sentAt
 	}
 	if c == s.ping {
 		s.ping = nil
 	}
-	if (c.action == actLock || c.action == actTryLock) && a.status == '+' {
+	if (c.action == wire.Lock || c.action == wire.TryLock) && a.Status == wire.AnswerOK {
 		if c.gaveUp {
 			// The grant crossed the Cancel (or the caller's end): nobody
 			// owns it, so it goes back at once, by its token.
-			s.queue = append(s.queue, s.strayUnlock(stray{key: c.key, token: a.token}))
+			s.queue = append(s.queue, s.strayUnlock(stray{key: c.key, token: a.Token}))
 			s.signal()
 		} else {
-			s.held[c.key] = a.token
+			s.held[c.key] = a.Token
 		}
 	}
-	s.complete(c, result{status: a.status, token: a.token})
-	if c.action == actClose && a.status == '+' {
+	s.complete(c, result{status: a.Status, token: a.Token})
+	if c.action == wire.Close && a.Status == wire.AnswerOK {
 		s.closeOK = true
 	}
 }
@@ -846,7 +866,7 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 			return fmt.Errorf("no answer to Ping for %v", deadAfter)
 		}
 		if s.ping == nil && (now.Sub(s.lastSent) >= pingEvery || now.Sub(s.confirmed) >= pingEvery) {
-			s.ping = &call{action: actPing, internal: func(result) {}}
+			s.ping = &call{action: wire.Ping, internal: func(result) {}}
 			s.queue = append(s.queue, s.ping)
 		}
 		buf = s.take(buf[:0], now)
@@ -883,7 +903,7 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 // place is kept for a Ping, so that a session whose every request waits
 // can still keep itself alive.
 func limitFor(c *call) int {
-	if c.action == actPing {
+	if c.action == wire.Ping {
 		return maxPending
 	}
 	return maxPending - 1
@@ -906,13 +926,13 @@ func (s *Session) take(buf []byte, now time.Time) []byte {
 		switch {
 		case c.dropped:
 			continue
-		case c.action != actCancel && len(s.pending) >= limitFor(c):
+		case c.action != wire.Cancel && len(s.pending) >= limitFor(c):
 			rest = append(rest, c)
 			continue
 		}
 		c.sent, c.sentAt = true, now
-		if c.action == actCancel {
-			buf = appendRequest(buf, actCancel, uint32(c.token), 0, "")
+		if c.action == wire.Cancel {
+			buf, _ = wire.Request{Action: wire.Cancel, ID: uint32(c.token)}.Append(buf)
 			continue
 		}
 		c.id = s.nextID
@@ -921,12 +941,12 @@ func (s *Session) take(buf []byte, now time.Time) []byte {
 		}
 		s.nextID = c.id + 1
 		s.pending[c.id] = c
-		if c.action == actUnlock && c.internal == nil {
+		if c.action == wire.Unlock && c.internal == nil {
 			if tok, ok := s.held[c.key]; ok && (c.token == 0 || c.token == tok) {
 				delete(s.held, c.key)
 			}
 		}
-		buf = appendRequest(buf, c.action, c.id, c.token, c.key)
+		buf, _ = wire.Request{Action: c.action, ID: c.id, Token: c.token, Key: c.key}.Append(buf) // keys checked by validKey
 	}
 	if len(rest) < len(s.queue) {
 		s.lastSent = now

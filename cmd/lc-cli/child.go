@@ -17,7 +17,7 @@ import (
 // Release retries: the server may be restarting (a deploy, a failover)
 // just as the command ends. An Unlock that could not even connect is tried
 // again — five attempts, 200ms doubling, cover about three seconds of
-// absence; one whose frame was sent is never sent again (SPEC §5): v1 has
+// absence; one whose frame was sent is never sent again: v1 has
 // no owners, and a second Unlock could release whoever took the key since.
 const (
 	releaseAttempts = 5

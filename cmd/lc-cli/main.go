@@ -1,23 +1,31 @@
 // Command lc-cli is the shell's client of Locking-Center: a distributed
 // flock(1). It runs a command under a lock and exposes every protocol
 // action (lock, trylock, wait, unlock, the two resets) plus a look at the
-// held keys.
+// held keys and the open sessions.
 //
 //	lc-cli lock deploy/prod -- ./deploy.sh
 //
 // Guarantees:
-//   - With "-- CMD", the key is released when CMD ends, however it ends
-//     (exit, failure, a signal), and lc-cli exits with CMD's status
-//     (128+n when signal n killed it). If the release cannot be made, lc-cli
-//     says so on stderr in one line.
+//   - With "-- CMD", the key is held through a session that belongs to this
+//     lc-cli: CMD gets the grant's fencing token in LC_FENCING_TOKEN; the
+//     key is released when CMD ends, however it ends, by an Unlock of that
+//     grant only (a key reset and taken by another meanwhile stays
+//     theirs); if lc-cli dies, the server releases it one TTL later.
+//     lc-cli exits with CMD's status (128+n when signal n killed it).
+//   - If that session is lost while CMD runs, lc-cli says so, sends CMD
+//     SIGTERM, and exits 4 once CMD has ended.
+//   - An Unlock whose frame may have reached the server is never sent
+//     again: a release without an answer is reported (unlock: exit 3).
 //   - A lc-cli that is interrupted (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while
-//     it still waits closes its connection, so the server withdraws it from
-//     the queue; it exits 128+n and never runs CMD.
-//   - Exit statuses are fixed (SPEC §5): 0 done, 1 not acquired, 2 usage,
-//     3 server unreachable or an unlock/reset answered '-'.
+//     it still waits withdraws from the queue; it exits 128+n and never
+//     runs CMD.
+//   - Exit statuses are fixed (README.md, "Exit status"): 0 done, 1 not
+//     acquired, 2 usage, 3 server unreachable or an unlock/reset answered
+//     '-' (or not answered), 4 the session holding the key for CMD lost.
 //
 // It speaks the protocol only through package client; the holder shown
-// while waiting and the "keys" table come from the server's JSON API.
+// while waiting, what a reset released, and the "keys" and "sessions"
+// tables come from the server's JSON API.
 package main
 
 import (
@@ -37,7 +45,7 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-// Exit statuses (SPEC §5). A command run under the lock passes its own.
+// Exit statuses (README.md, "Exit status"). A command run under the lock passes its own.
 const (
 	exitOK          = 0
 	exitNotAcquired = 1
@@ -191,7 +199,7 @@ func withCode(code int, format string, args ...any) error {
 }
 
 // flagSet returns a flag set that holds the global flags: they are
-// accepted before the command (SPEC §5) and, for convenience, among the
+// accepted before the command and, for convenience, among the
 // command's own flags too. Their defaults come from the environment.
 func (a *app) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)

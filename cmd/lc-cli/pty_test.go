@@ -244,3 +244,31 @@ func TestCommandOwnsTheTerminal(t *testing.T) {
 		t.Error("key still held")
 	}
 }
+
+// TestTryLockBusyOnATerminal: a trylock that finds the key held says so,
+// naming the holder, in one line — on a terminal only (scripts get the
+// exit status alone, see TestTryLockCommandThroughASession).
+func TestTryLockBusyOnATerminal(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	s.hold(t, "tty/busy", "LC_SOURCE=alice")
+	for _, args := range [][]string{{"trylock", "tty/busy"}, {"trylock", "tty/busy", "--", "true"}} {
+		master, slave := openPTY(t)
+		r := readPTY(master)
+		cmd, _, _ := cli(s.env(), args...)
+		cmd.Stderr = slave
+		err := cmd.Start()
+		slave.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := wait(t, cmd); code != exitNotAcquired {
+			t.Errorf("%v on a busy key: status %d, want 1", args, code)
+		}
+		<-r.done
+		master.Close()
+		if out := r.String(); !strings.Contains(out, "not acquired: held by alice for") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%v: terminal got %q, want one line naming the holder", args, out)
+		}
+	}
+}

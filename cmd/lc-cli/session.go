@@ -15,7 +15,7 @@ import (
 )
 
 // exitSessionLost is the exit status when the session holding the key for
-// CMD was lost while CMD ran (SPEC §5).
+// CMD was lost while CMD ran.
 const exitSessionLost = 4
 
 // lockInSession takes key through a new session (Lock, or TryLock when
@@ -147,7 +147,7 @@ func (a *app) sayBusy(ctx context.Context, key string) {
 	fmt.Fprintln(a.stderr, line)
 }
 
-// apiSession is one session as GET /api/v1/sessions shows it (SPEC §4).
+// apiSession is one session as GET /api/v1/sessions shows it.
 type apiSession struct {
 	Session     string `json:"session"`
 	Source      string `json:"source"`

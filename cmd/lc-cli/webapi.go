@@ -16,7 +16,7 @@ import (
 	"github.com/locking-center/locking-center/web/keypath"
 )
 
-// apiKey is one held key as the JSON API shows it (SPEC §4).
+// apiKey is one held key as the JSON API shows it.
 type apiKey struct {
 	Key     string     `json:"key"`
 	Source  string     `json:"source"`

@@ -54,8 +54,9 @@ func TestPagesEscape(t *testing.T) {
 		if !utf8.ValidString(body) {
 			t.Errorf("%s: the page is not valid UTF-8", name)
 		}
-		if w.Header().Get("Content-Security-Policy") == "" {
-			t.Errorf("%s: no Content-Security-Policy", name)
+		if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") ||
+			!strings.Contains(csp, "default-src 'self'") || w.Header().Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: framing or sources not forbidden: %q", name, csp)
 		}
 	}
 	body := f.do("GET", "/", "").Body.String()

@@ -45,6 +45,7 @@ func (c *connectFloor) exchange(ctx context.Context) error {
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
 		return fmt.Errorf("floor read: %w", err)
 	}
+	awaitEOF(conn) // as the v1 client does
 	return nil
 }
 

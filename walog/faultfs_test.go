@@ -24,8 +24,9 @@ type FaultFS struct {
 	OSFS
 	// mu guards fault and synced.
 	mu sync.Mutex
-	// fault is asked before every write ("write"), fsync ("sync"), rename
-	// ("rename") and folder fsync ("syncdir"); a non-nil answer is the
+	// fault is asked before every open ("open"), write ("write"), fsync
+	// ("sync"), rename ("rename"), remove ("remove"), folder open
+	// ("opendir") and folder fsync ("syncdir"); a non-nil answer is the
 	// injected fault.
 	fault func(op, name string) error
 	// nodes maps a file name to the file's state; a rename moves it.
@@ -59,6 +60,9 @@ func (fsys *FaultFS) check(op, name string) error {
 
 // OpenFile opens a file whose writes and fsyncs go through the hook.
 func (fsys *FaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if err := fsys.check("open", name); err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
 	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
@@ -99,12 +103,37 @@ func (fsys *FaultFS) Rename(oldpath, newpath string) error {
 	return nil
 }
 
-// SyncDir fsyncs a folder through the hook.
-func (fsys *FaultFS) SyncDir(dir string) error {
-	if err := fsys.check("syncdir", dir); err != nil {
-		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+// Remove removes through the hook.
+func (fsys *FaultFS) Remove(name string) error {
+	if err := fsys.check("remove", name); err != nil {
+		return &os.PathError{Op: "remove", Path: name, Err: err}
 	}
-	return fsys.OSFS.SyncDir(dir)
+	return os.Remove(name)
+}
+
+// OpenDir opens a folder whose fsync goes through the hook.
+func (fsys *FaultFS) OpenDir(dir string) (Dir, error) {
+	if err := fsys.check("opendir", dir); err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	d, err := fsys.OSFS.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &faultDir{Dir: d, fs: fsys, name: dir}, nil
+}
+
+type faultDir struct {
+	Dir
+	fs   *FaultFS
+	name string
+}
+
+func (d *faultDir) Sync() error {
+	if err := d.fs.check("syncdir", d.name); err != nil {
+		return &os.PathError{Op: "fsync", Path: d.name, Err: err}
+	}
+	return d.Dir.Sync()
 }
 
 // PowerLoss forgets every byte not fsynced: each file known to the FS is

@@ -1,25 +1,36 @@
 package walog
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 )
 
 // FS is the part of the file system the log uses. It exists so tests can
-// inject failed writes, short writes, failed fsyncs, failed renames and a
-// full disk; OSFS is the real one.
+// inject failed writes, short writes, failed fsyncs, failed renames, a full
+// disk, a read-only file system and running out of descriptors; OSFS is the
+// real one.
 type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
-	// SyncDir fsyncs a directory, making renames and creations in it
-	// durable.
-	SyncDir(dir string) error
+	Lstat(name string) (os.FileInfo, error)
+	// OpenDir opens a directory so that it can be fsynced, which makes
+	// renames and creations in it durable.
+	OpenDir(dir string) (Dir, error)
 }
 
-// File is an open file of an FS.
+// Dir is an open directory of an FS.
+type Dir interface {
+	Sync() error
+	Close() error
+}
+
+// File is an open file of an FS. Its errors name the file by the name it
+// was opened under (see renamed).
 type File interface {
 	io.Reader
 	io.Writer
@@ -38,16 +49,60 @@ func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	if err != nil {
 		return nil, err // *os.PathError: already names the file
 	}
-	return osFile{f}, nil
+	return osFile{File: f, name: name}, nil
 }
 
-// osFile is an os.File whose Sync is syncFile (fdatasync on Linux).
-type osFile struct{ *os.File }
+// osFile is an os.File whose Sync is syncFile (fdatasync on Linux) and
+// whose errors name it by name: the log's name once a rewrite has renamed
+// the temporary file it was opened as over the log.
+type osFile struct {
+	*os.File
+	name string
+}
 
-func (f osFile) Sync() error { return syncFile(f.File) }
+// renamed returns f, which a rename has just moved to name, with its
+// errors naming it so. Without it every error of the log after its first
+// compaction would name a temporary file that no longer exists.
+func renamed(f File, name string) File {
+	if of, ok := f.(osFile); ok {
+		of.name = name
+		return of
+	}
+	return f // the tests' files follow renames themselves
+}
+
+// named rewrites the path of a *os.PathError about f to f's current name.
+func (f osFile) named(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Path == f.File.Name() {
+		pe.Path = f.name
+	}
+	return err
+}
+
+func (f osFile) Write(b []byte) (int, error) {
+	n, err := f.File.Write(b)
+	return n, f.named(err)
+}
+
+func (f osFile) Read(b []byte) (int, error) {
+	n, err := f.File.Read(b)
+	return n, f.named(err)
+}
+
+func (f osFile) Truncate(size int64) error { return f.named(f.File.Truncate(size)) }
+
+func (f osFile) Stat() (os.FileInfo, error) {
+	fi, err := f.File.Stat()
+	return fi, f.named(err)
+}
+
+func (f osFile) Close() error { return f.named(f.File.Close()) }
+
+func (f osFile) Sync() error { return f.named(syncFile(f.File)) }
 
 // SyncAppend is Sync for a small append; see syncAppend.
-func (f osFile) SyncAppend() error { return syncAppend(f.File) }
+func (f osFile) SyncAppend() error { return f.named(syncAppend(f.File)) }
 
 // appendSyncer is a File with a cheaper fsync for a small append, which
 // the writer uses for its batches while they are small and their fsyncs
@@ -73,17 +128,16 @@ func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, ne
 // Remove removes with os.Remove.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
 
-// SyncDir opens dir and fsyncs it.
-func (OSFS) SyncDir(dir string) error {
+// Lstat stats with os.Lstat.
+func (OSFS) Lstat(name string) (os.FileInfo, error) { return os.Lstat(name) }
+
+// OpenDir opens dir with os.Open.
+func (OSFS) OpenDir(dir string) (Dir, error) {
 	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("fsync folder %s: %w", dir, err)
-	}
-	return d.Close()
+	return d, nil
 }
 
 // writeTemp creates (or truncates) the temporary file tmp, writes data and
@@ -96,7 +150,9 @@ func writeTemp(fsys FS, tmp string, data []byte) (File, error) {
 	}
 	if err := writeSync(f, data, tmp); err != nil {
 		f.Close()
-		fsys.Remove(tmp)
+		if rerr := fsys.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("remove %s: %w", tmp, rerr))
+		}
 		return nil, err
 	}
 	return f, nil
@@ -104,27 +160,53 @@ func writeTemp(fsys FS, tmp string, data []byte) (File, error) {
 
 // commitTemp appends tail to the temporary file f, fsyncs it, renames it
 // over path and fsyncs the folder: the second half of every rewrite. When
-// it fails before the rename, path is untouched and tmp is removed; renamed
-// reports whether path may now name the new file.
-func commitTemp(fsys FS, f File, tmp, path, dir string, tail []byte) (renamed bool, err error) {
+// it fails before the rename, path is untouched and tmp is removed; moved
+// reports whether path may now name the new file, and with a nil error f
+// then names path (see renamed).
+//
+// The folder is opened before the rename, not after: opening needs a free
+// descriptor, and running out of them (EMFILE) is not a disk failure. Here
+// it is a failed rewrite that leaves the old file in place; after the
+// rename it would leave a rename that cannot be made durable, which the
+// log could only treat as a failed fsync.
+func commitTemp(fsys FS, f File, tmp, path, dir string, tail []byte) (moved bool, _ File, err error) {
+	abandon := func(err error) (bool, File, error) {
+		f.Close()
+		if rerr := fsys.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("remove %s: %w", tmp, rerr))
+		}
+		return false, f, err
+	}
 	if len(tail) > 0 {
 		if err := writeSync(f, tail, tmp); err != nil {
-			f.Close()
-			fsys.Remove(tmp)
-			return false, err
+			return abandon(err)
 		}
 	}
-	if err := fsys.Rename(tmp, path); err != nil {
-		f.Close()
-		fsys.Remove(tmp)
-		return false, fmt.Errorf("rename %s over %s: %w", tmp, path, err)
+	d, err := fsys.OpenDir(dir)
+	if err != nil {
+		return abandon(fmt.Errorf("open folder %s to fsync it: %w", dir, err))
 	}
+	defer d.Close() // read-only: closing it reports nothing about the disk
+	if err := fsys.Rename(tmp, path); err != nil {
+		return abandon(err) // *os.LinkError: names both files
+	}
+	f = renamed(f, path)
 	// Sync the folder so the rename itself survives a crash (etcd does
 	// the same for its WAL).
-	if err := fsys.SyncDir(dir); err != nil {
-		return true, err
+	if err := d.Sync(); err != nil {
+		return true, f, pathError("fsync", dir, err)
 	}
-	return true, nil
+	return true, f, nil
+}
+
+// pathError returns err as an *os.PathError about name, unless it already
+// is one (which names its file itself).
+func pathError(op, name string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return &os.PathError{Op: op, Path: name, Err: err}
 }
 
 // writeAll writes data with one write; a short write is an error.
@@ -134,7 +216,7 @@ func writeAll(f File, data []byte, name string) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
+		return pathError("write", name, err)
 	}
 	return nil
 }
@@ -145,7 +227,7 @@ func writeSync(f File, data []byte, name string) error {
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", name, err)
+		return pathError("fsync", name, err)
 	}
 	return nil
 }

@@ -179,11 +179,16 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		}
 	}()
 
-	switch err := l.fs.Remove(l.tmp); {
-	case err == nil:
+	// Look before removing: on a read-only file system unlink fails with
+	// EROFS even for a name that does not exist, and the start would then
+	// report a temporary file that is not there instead of the log.
+	if _, err := l.fs.Lstat(l.tmp); err == nil {
+		if err := l.fs.Remove(l.tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("walog: remove the temporary file of an interrupted compaction: %w", err)
+		}
 		l.logger.Warn("walog: removed the temporary file of an interrupted compaction", "file", l.tmp)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("walog: remove stray %s: %w", l.tmp, err)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("walog: look for a stray temporary file: %w", err)
 	}
 
 	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
@@ -193,8 +198,11 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		// place, so a log that exists always has its header.
 		var tf File
 		if tf, err = writeTemp(l.fs, l.tmp, appendHeader(nil)); err == nil {
-			if _, err = commitTemp(l.fs, tf, l.tmp, path, l.dir, nil); err != nil {
-				tf.Close()
+			var moved bool
+			if moved, tf, err = commitTemp(l.fs, tf, l.tmp, path, l.dir, nil); err != nil {
+				if moved {
+					tf.Close()
+				}
 			} else {
 				f = tf
 			}
@@ -253,8 +261,11 @@ func (l *Log) upgrade() error {
 	if err != nil {
 		return fmt.Errorf("walog: rewrite %s in version %d: %w", l.path, version2, err)
 	}
-	if _, err := commitTemp(l.fs, f, l.tmp, l.path, l.dir, nil); err != nil {
-		f.Close()
+	moved, f, err := commitTemp(l.fs, f, l.tmp, l.path, l.dir, nil)
+	if err != nil {
+		if moved {
+			f.Close()
+		}
 		return fmt.Errorf("walog: rewrite %s in version %d: %w", l.path, version2, err)
 	}
 	l.f.Close()
@@ -676,7 +687,7 @@ func (l *Log) writeBatch(buf []byte) error {
 	l.onFsync(l.lastSync)
 	l.fsyncs.Add(1)
 	if err != nil {
-		return fmt.Errorf("fsync %s: %w", l.path, err)
+		return pathError("fsync", l.path, err)
 	}
 	return nil
 }
@@ -721,21 +732,23 @@ func (l *Log) finishCompaction(res compactResult) {
 	tail := l.tail
 	l.tail = nil
 	if res.err == nil && l.Err() != nil {
-		res.f.Close()
-		l.fs.Remove(l.tmp)
+		l.discard(res.f)
 		return
 	}
-	var renamed bool
+	var moved bool
 	err := res.err
 	if err == nil {
-		renamed, err = commitTemp(l.fs, res.f, l.tmp, l.path, l.dir, tail)
+		moved, res.f, err = commitTemp(l.fs, res.f, l.tmp, l.path, l.dir, tail)
 	}
-	if err != nil && !renamed {
+	if err != nil && !moved {
 		// The old log is untouched and still whole: keep using it, and
-		// try again once it has grown by another floor's worth.
+		// try again once it has grown by another floor's worth. The line
+		// names the file that failed (the temporary file, or the folder),
+		// not the log, which nothing happened to.
 		l.errs.Add(1)
 		l.retryAt = l.size.Load() + l.floor
-		l.logger.Warn("walog: compaction failed; the old log stays in use", "file", l.path, "err", err)
+		l.logger.Warn("walog: compaction failed; the log is untouched and stays in use",
+			"file", failedFile(err, l.tmp), "log", l.path, "err", err)
 		return
 	}
 	old := l.f
@@ -755,6 +768,29 @@ func (l *Log) finishCompaction(res compactResult) {
 	l.logger.Debug("walog: compacted", "file", l.path, "bytes", l.size.Load(), "held_keys", len(l.live))
 }
 
+// discard closes and removes the temporary file of a compaction that will
+// not be committed. Failing to is harmless (the next start removes it) but
+// logged.
+func (l *Log) discard(f File) {
+	if err := errors.Join(f.Close(), l.fs.Remove(l.tmp)); err != nil {
+		l.logger.Warn("walog: discarding an unfinished compaction", "file", l.tmp, "err", err)
+	}
+}
+
+// failedFile returns the file an error of a rewrite is about: the path of
+// the first *os.PathError or *os.LinkError in it, else def.
+func failedFile(err error, def string) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Path
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Old
+	}
+	return def
+}
+
 // shutdown ends the writer: it waits for a running compaction, discards
 // it, and closes the file.
 func (l *Log) shutdown() {
@@ -762,8 +798,7 @@ func (l *Log) shutdown() {
 		res := <-l.compacted
 		l.compacting = false
 		if res.err == nil {
-			res.f.Close()
-			l.fs.Remove(l.tmp)
+			l.discard(res.f)
 		}
 	}
 	if err := l.f.Close(); err != nil {

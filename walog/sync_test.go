@@ -44,7 +44,7 @@ func TestSyncAppend(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	err = osFile{w}.SyncAppend()
+	err = osFile{File: w, name: w.Name()}.SyncAppend()
 	var pe *os.PathError
 	if !errors.As(err, &pe) || pe.Path != w.Name() {
 		t.Errorf("SyncAppend on a pipe: %v, want an error naming %s", err, w.Name())
@@ -58,7 +58,7 @@ func TestSyncAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if err := (osFile{c}).SyncAppend(); !errors.As(err, &pe) || pe.Path != c.Name() {
+	if err := (osFile{File: c, name: c.Name()}).SyncAppend(); !errors.As(err, &pe) || pe.Path != c.Name() {
 		t.Errorf("SyncAppend on a closed file: %v, want an error naming %s", err, c.Name())
 	}
 }
@@ -254,7 +254,7 @@ func BenchmarkFdatasync(b *testing.B) {
 			}
 			defer f.Close()
 			if mode == "overwrite" {
-				if err := writeSync(osFile{f}, make([]byte, b.N*len(rec)), f.Name()); err != nil {
+				if err := writeSync(osFile{File: f, name: f.Name()}, make([]byte, b.N*len(rec)), f.Name()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -358,13 +358,20 @@ func (l *Log) replay() (int64, uint32, error) {
 			check = uint64(^binary.BigEndian.Uint32(frame[8:]))
 		}
 		if check != length {
-			if allZero(frame) {
+			// A frame that is zeros from its start, or from a sector
+			// boundary inside it, to the end of the file is the start of
+			// a write whose later sectors never reached the disk (or
+			// zeroed space the file was extended by).
+			if frameCut(off, frame) {
 				zero, err := restIsZero(r)
 				if err != nil {
 					return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
 				}
 				if zero {
 					torn = "zeroed space after the last record"
+					if !allZero(frame) {
+						torn = "the last record's frame is zeros from a sector boundary on"
+					}
 					break
 				}
 			}
@@ -392,6 +399,20 @@ func (l *Log) replay() (int64, uint32, error) {
 		}
 		crc := crc32.Update(crc32.Checksum(frame[4:], castagnoli), castagnoli, p)
 		if crc != binary.BigEndian.Uint32(frame[:4]) {
+			// The last record of the file, with a whole sector of it
+			// zeros: a write that the power loss cut short, whose
+			// sectors reached the disk in part. Anything else is damage
+			// to data that was fsynced, and stops the start.
+			if zeroSector(off, frame, p) {
+				zero, err := restIsZero(r)
+				if err != nil {
+					return 0, 0, fmt.Errorf("walog: read %s: %w", l.path, err)
+				}
+				if zero {
+					torn = "the last record fails its checksum and has a sector of zeros (a write cut short)"
+					break
+				}
+			}
 			return 0, 0, corrupt(off, "checksum mismatch")
 		}
 		if reason := decodePayload(version, p, l.apply); reason != "" {
@@ -410,6 +431,44 @@ func (l *Log) replay() (int64, uint32, error) {
 		}
 	}
 	return off, version, nil
+}
+
+// sectorSize is the unit a disk writes whole or not at all: the smallest
+// in use, so that every real sector boundary is one of these.
+const sectorSize = 512
+
+// frameCut reports whether frame, read at file offset off, is zeros from
+// its start or from a sector boundary inside it to its end.
+func frameCut(off int64, frame []byte) bool {
+	for i := range frame {
+		if (i == 0 || (off+int64(i))%sectorSize == 0) && allZero(frame[i:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// zeroSector reports whether the record at file offset off, made of the
+// bytes of parts in order, has a piece that is all zeros where the pieces
+// are the record cut at every sector boundary (as etcd's WAL decides a
+// torn entry): a sector of the write that never reached the disk.
+func zeroSector(off int64, parts ...[]byte) bool {
+	zero, empty := true, true
+	pos := off
+	for _, part := range parts {
+		for _, c := range part {
+			if pos%sectorSize == 0 && pos != off {
+				if zero && !empty {
+					return true
+				}
+				zero, empty = true, true
+			}
+			zero = zero && c == 0
+			empty = false
+			pos++
+		}
+	}
+	return zero && !empty
 }
 
 func allZero(b []byte) bool {

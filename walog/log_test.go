@@ -597,3 +597,117 @@ func TestCloseDuringCompaction(t *testing.T) {
 	_, got := open(t, path, Options{})
 	equalHolders(t, got, want)
 }
+
+// powerLossLog is a log whose last record R (a grant of "last" of about
+// 1.3 KB, so that it spans four sectors) starts before bytes ahead of the
+// sector boundary at 1024, behind a grant of "filler" that puts it there.
+// Records in after follow R. It returns the file and R's start and end.
+func powerLossLog(t *testing.T, version uint32, before int, after ...[]byte) ([]byte, int64, int64) {
+	t.Helper()
+	header, grant := appendHeader, appendGrantRecord
+	if version == version1 {
+		header, grant = appendHeaderV1, appendAcquireV1
+	}
+	hf := Holder{Source: "s", Remote: "r", Since: time.Unix(1, 0), Token: 1}
+	data := header(nil)
+	overhead := len(grant(nil, "", hf))
+	data = grant(data, strings.Repeat("f", 1024-before-len(data)-overhead), hf)
+	off := int64(len(data))
+	if off != int64(1024-before) {
+		t.Fatalf("R at %d, want %d", off, 1024-before)
+	}
+	data = grant(data, "last", Holder{Source: strings.Repeat("s", 600), Remote: strings.Repeat("r", 600), Since: time.Unix(2, 0), Token: 2})
+	end := int64(len(data))
+	for _, rec := range after {
+		data = append(data, rec...)
+	}
+	return data, off, end
+}
+
+func zeroed(data []byte, from, to int64) []byte {
+	data = bytes.Clone(data)
+	clear(data[from:min(to, int64(len(data)))])
+	return data
+}
+
+// TestPowerLossShapedTail: a power loss keeps any subset of the sectors of
+// the one write that was not yet fsynced (the writer never starts a write
+// before the previous one is fsynced), and the sectors it lost read as
+// zeros. When the last record of the file is cut that way — whole frame,
+// checksum failing, a sector of it all zeros, nothing but zeros after it —
+// it is cut off and the start goes on, as etcd's WAL does. The same damage
+// anywhere else is corruption and refuses to start.
+func TestPowerLossShapedTail(t *testing.T) {
+	small := appendGrantRecord(nil, "after", holder(7))
+	torn := []struct {
+		name    string
+		version uint32
+		before  int
+		after   [][]byte
+		bad     func(data []byte, off, end int64) []byte
+	}{
+		{"payload zeros from a sector boundary on", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, end) }},
+		{"payload zeros from a sector boundary on, file extended by zeros", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return append(zeroed(d, 1536, end), make([]byte, 4096)...) }},
+		{"only the final partial sector lost", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 2048, end) }},
+		{"a middle sector lost, the later ones written", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, 2048) }},
+		{"the sector after the frame lost", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1024, 1536) }},
+		{"frame cut at a sector boundary", version2, 5, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1024, end) }},
+		{"the whole record zeros", version2, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, off, end) }},
+		{"several records in the lost write", version2, 100, [][]byte{small, small},
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, int64(len(d))) }},
+		{"version 1, payload zeros from a sector boundary on", version1, 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, end) }},
+	}
+	for _, tc := range torn {
+		t.Run("torn: "+tc.name, func(t *testing.T) {
+			data, off, end := powerLossLog(t, tc.version, tc.before, tc.after...)
+			path := filepath.Join(t.TempDir(), "locks.wal")
+			if err := os.WriteFile(path, tc.bad(data, off, end), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, got := open(t, path, Options{})
+			if _, ok := got["last"]; ok || len(got) != 1 {
+				t.Fatalf("replayed %d holders (last: %v), want only the filler", len(got), ok)
+			}
+			if err := l.Acquire("again", holder(3)); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			_, got = open(t, path, Options{})
+			if _, ok := got["again"]; !ok || len(got) != 2 {
+				t.Fatalf("after the cut the log did not go on: replayed %v", got)
+			}
+		})
+	}
+
+	corrupt := []struct {
+		name   string
+		before int
+		after  [][]byte
+		bad    func(data []byte, off, end int64) []byte
+	}{
+		{"a zero sector, then a whole record", 100, [][]byte{small},
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, 2048) }},
+		{"a zero sector, then garbage", 100, [][]byte{{0, 0, 0, 1}},
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1536, 2048) }},
+		{"a flipped byte in the last record", 100, nil,
+			func(d []byte, off, end int64) []byte { d = bytes.Clone(d); d[off+200] ^= 0x04; return d }},
+		{"frame zeros from inside a sector", 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, off+4, end) }},
+		{"payload zeros inside a sector, no sector all zeros", 100, nil,
+			func(d []byte, off, end int64) []byte { return zeroed(d, 1600, 1700) }},
+	}
+	for _, tc := range corrupt {
+		t.Run("corrupt: "+tc.name, func(t *testing.T) {
+			data, off, end := powerLossLog(t, version2, tc.before, tc.after...)
+			wantCorrupt(t, openErr(t, tc.bad(data, off, end)), off)
+		})
+	}
+}

@@ -252,11 +252,19 @@ func (sc *sessionConn) serve() {
 // dispatch carries out one request; false ends the connection.
 func (sc *sessionConn) dispatch(req Request) bool {
 	s := sc.s
-	switch req.Action {
-	case Cancel:
+	if req.Action == Cancel {
 		sc.cancel(req.ID)
 		s.Observer.Request(Cancel, ResultOK)
 		return true
+	}
+	sc.mu.Lock()
+	_, dup := sc.pending[req.ID]
+	sc.mu.Unlock()
+	if dup {
+		sc.invalid(req, errors.New("id of a pending request"))
+		return true
+	}
+	switch req.Action {
 	case Ping:
 		sc.answer(req.ID, AnswerOK, 0, nil)
 		s.Observer.Request(Ping, ResultOK)
@@ -279,11 +287,6 @@ func (sc *sessionConn) dispatch(req Request) bool {
 	}
 	pr := &pendingReq{action: req.Action, key: req.Key, inline: !s.Table.Durable()}
 	sc.mu.Lock()
-	if _, dup := sc.pending[req.ID]; dup {
-		sc.mu.Unlock()
-		sc.invalid(req, errors.New("id of a pending request"))
-		return true
-	}
 	if len(sc.pending) >= MaxPending {
 		sc.mu.Unlock()
 		s.Logger.Warn("session dropped", "peer", sc.remote, "session", sc.link.ID().String(), "reason", errTooManyPending.Error())

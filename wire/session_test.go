@@ -1,0 +1,610 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/locking-center/locking-center/locker"
+)
+
+// sessionVectors is the session part of testdata/vectors.json.
+type sessionVectors struct {
+	Open []struct {
+		Name    string `json:"name"`
+		Version byte   `json:"version"`
+		TTL     uint32 `json:"ttl_ms"`
+		Resume  string `json:"resume"`
+		Source  string `json:"source"`
+		Auth    string `json:"auth"`
+		Hex     string `json:"hex"`
+	} `json:"session_open"`
+	OpenAnswers []struct {
+		Name    string `json:"name"`
+		Hex     string `json:"hex"`
+		Status  string `json:"status"`
+		TTL     uint32 `json:"ttl_ms"`
+		Session string `json:"session"`
+	} `json:"session_open_answers"`
+	Requests []struct {
+		Name   string `json:"name"`
+		Action byte   `json:"action"`
+		ID     uint32 `json:"id"`
+		Token  string `json:"token"`
+		Key    string `json:"key"`
+		Hex    string `json:"hex"`
+	} `json:"session_requests"`
+	Answers []struct {
+		Name   string `json:"name"`
+		Hex    string `json:"hex"`
+		ID     uint32 `json:"id"`
+		Status string `json:"status"`
+		Token  string `json:"token"`
+	} `json:"session_answers"`
+	Original []struct {
+		Name   string `json:"name"`
+		Action byte   `json:"action"`
+		Key    string `json:"key"`
+		Source string `json:"source"`
+		Hex    string `json:"hex"`
+	} `json:"original_frames"`
+}
+
+func u64(t *testing.T, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("vector number %q: %v", s, err)
+	}
+	return n
+}
+
+func unhex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestSessionVectors(t *testing.T) {
+	raw, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v sessionVectors
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Open) == 0 || len(v.Requests) == 0 || len(v.Answers) == 0 || len(v.OpenAnswers) == 0 || len(v.Original) == 0 {
+		t.Fatal("session vectors missing")
+	}
+	for _, o := range v.Open {
+		t.Run("open/"+o.Name, func(t *testing.T) {
+			want := unhex(t, o.Hex)
+			f := Open{Version: o.Version, TTLMillis: o.TTL, Resume: u64(t, o.Resume), Source: o.Source, Auth: o.Auth}
+			got, err := f.Append(nil)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("Append = %x, %v; want %s", got, err, o.Hex)
+			}
+			back, n, err := DecodeOpen(want)
+			if err != nil || n != len(want) || back != f {
+				t.Fatalf("DecodeOpen = %+v, %d, %v", back, n, err)
+			}
+			if _, _, err := DecodeOpen(want[:len(want)-1]); !errors.Is(err, ErrShort) {
+				t.Fatalf("DecodeOpen of a cut frame = %v", err)
+			}
+		})
+	}
+	for _, a := range v.OpenAnswers {
+		t.Run("open answer/"+a.Name, func(t *testing.T) {
+			want := unhex(t, a.Hex)
+			oa := OpenAnswer{Status: a.Status[0], TTLMillis: a.TTL, Session: u64(t, a.Session)}
+			if got := oa.Append(nil); !bytes.Equal(got, want) {
+				t.Fatalf("Append = %x, want %s", got, a.Hex)
+			}
+			if back, err := DecodeOpenAnswer(want); err != nil || back != oa {
+				t.Fatalf("DecodeOpenAnswer = %+v, %v", back, err)
+			}
+		})
+	}
+	for _, r := range v.Requests {
+		t.Run("request/"+r.Name, func(t *testing.T) {
+			want := unhex(t, r.Hex)
+			req := Request{Action: Action(r.Action), ID: r.ID, Token: u64(t, r.Token), Key: r.Key}
+			got, err := req.Append(nil)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("Append = %x, %v; want %s", got, err, r.Hex)
+			}
+			back, n, err := DecodeRequest(want)
+			if err != nil || n != len(want) || back != req {
+				t.Fatalf("DecodeRequest = %+v, %d, %v", back, n, err)
+			}
+		})
+	}
+	for _, a := range v.Answers {
+		t.Run("answer/"+a.Name, func(t *testing.T) {
+			want := unhex(t, a.Hex)
+			ans := Answer{ID: a.ID, Status: a.Status[0], Token: u64(t, a.Token)}
+			if got := ans.Append(nil); !bytes.Equal(got, want) {
+				t.Fatalf("Append = %x, want %s", got, a.Hex)
+			}
+			if back, err := DecodeAnswer(want); err != nil || back != ans {
+				t.Fatalf("DecodeAnswer = %+v, %v", back, err)
+			}
+		})
+	}
+	for _, o := range v.Original {
+		t.Run("original/"+o.Name, func(t *testing.T) {
+			f, n, err := DecodeServer(unhex(t, o.Hex))
+			want := Frame{Action: Action(o.Action), Key: o.Key, Source: o.Source}
+			if err != nil || n != len(o.Hex)/2 || f != want {
+				t.Fatalf("DecodeServer = %+v, %d, %v; want %+v", f, n, err, want)
+			}
+		})
+	}
+}
+
+func TestSessionCodecRefusals(t *testing.T) {
+	long := string(bytes.Repeat([]byte{'k'}, MaxField+1))
+	if _, err := (Request{Action: Lock, Key: long}).Append(nil); !errors.Is(err, ErrFieldTooLong) {
+		t.Fatalf("Append of a 128-byte key = %v", err)
+	}
+	if _, err := (Open{Version: 1, Source: long}).Append(nil); !errors.Is(err, ErrFieldTooLong) {
+		t.Fatalf("Append of a 128-byte source = %v", err)
+	}
+	if _, err := (Open{Version: 1, Auth: long}).Append(nil); !errors.Is(err, ErrFieldTooLong) {
+		t.Fatalf("Append of a 128-byte auth = %v", err)
+	}
+	neg := []byte{byte(Lock), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 'x'}
+	r, n, err := DecodeRequest(neg)
+	if err != nil || !r.BadSize || n != RequestHeaderSize {
+		t.Fatalf("DecodeRequest with a negative size = %+v, %d, %v", r, n, err)
+	}
+	if _, _, err := DecodeOpen([]byte{16, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff}); !errors.Is(err, ErrNegativeSize) {
+		t.Fatalf("DecodeOpen with a negative source size = %v", err)
+	}
+}
+
+// FuzzDecodeRequest: the session decoders never panic, never read past
+// their input, and what they decode encodes back to the same bytes.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 3, 'a', 'b', 'c'})
+	f.Add([]byte{16, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 's', 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, n, err := DecodeRequest(b); err == nil {
+			if n > len(b) {
+				t.Fatalf("took %d of %d bytes", n, len(b))
+			}
+			if !r.BadSize {
+				again, _ := r.Append(nil)
+				if !bytes.Equal(again, b[:n]) {
+					t.Fatalf("re-encoded %x, decoded from %x", again, b[:n])
+				}
+			}
+		}
+		if o, n, err := DecodeOpen(b); err == nil {
+			if n > len(b) {
+				t.Fatalf("open took %d of %d bytes", n, len(b))
+			}
+			again, _ := o.Append(nil)
+			again[1] = b[1]
+			if !bytes.Equal(again, append([]byte{16}, b[1:n]...)) {
+				t.Fatalf("open re-encoded %x, decoded from %x", again, b[:n])
+			}
+		}
+	})
+}
+
+// peer is a test client of the session protocol.
+type peer struct {
+	t  *testing.T
+	c  net.Conn
+	id uint32
+}
+
+func (ts *testServer) openSession(t *testing.T, o Open) (*peer, OpenAnswer) {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if o.Version == 0 {
+		o.Version = SessionVersion
+	}
+	b, err := o.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	var ans [OpenAnswerSize]byte
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		t.Fatalf("reading the open answer: %v", err)
+	}
+	oa, _ := DecodeOpenAnswer(ans[:])
+	return &peer{t: t, c: c}, oa
+}
+
+func (p *peer) send(a Action, id uint32, token uint64, key string) {
+	p.t.Helper()
+	b, err := Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.c.Write(b); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// next reads the next answer; ok is false when the connection ended.
+func (p *peer) next() (Answer, bool) {
+	p.t.Helper()
+	var b [AnswerSize]byte
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(p.c, b[:]); err != nil {
+		return Answer{}, false
+	}
+	a, _ := DecodeAnswer(b[:])
+	return a, true
+}
+
+func (p *peer) ask(a Action, token uint64, key string) Answer {
+	p.t.Helper()
+	p.id++
+	p.send(a, p.id, token, key)
+	ans, ok := p.next()
+	if !ok {
+		p.t.Fatalf("%s %q: connection closed without an answer", a, key)
+	}
+	if ans.ID != p.id {
+		p.t.Fatalf("%s %q: answer for id %d, want %d", a, key, ans.ID, p.id)
+	}
+	return ans
+}
+
+// closed reports whether the server closes the connection without
+// sending anything more.
+func (p *peer) closed() bool {
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b [1]byte
+	n, err := p.c.Read(b[:])
+	return n == 0 && err != nil
+}
+
+func TestSessionRequests(t *testing.T) {
+	ts := startServer(t, nil)
+	a, oa := ts.openSession(t, Open{TTLMillis: 30000, Source: "svc-a"})
+	if oa.Status != AnswerOK || oa.TTLMillis != 30000 || oa.Session == 0 {
+		t.Fatalf("open answer %+v", oa)
+	}
+	b, ob := ts.openSession(t, Open{})
+	if ob.TTLMillis != 10000 || ob.Session == oa.Session {
+		t.Fatalf("second open answer %+v (default TTL 10s)", ob)
+	}
+	got := a.ask(Lock, 0, "k")
+	if got.Status != AnswerOK || got.Token == 0 {
+		t.Fatalf("Lock = %+v", got)
+	}
+	tok := got.Token
+	ki, _ := ts.Table.Key("k")
+	if ki.Holder.Session != locker.SessionID(oa.Session) || ki.Token != tok || ki.Holder.Source != "svc-a" {
+		t.Fatalf("held key %+v", ki)
+	}
+	// b waits; its Ping is answered at once meanwhile: out of order.
+	b.send(Lock, 7, 0, "k")
+	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
+	b.send(Ping, 8, 0, "")
+	if ans, _ := b.next(); ans.ID != 8 || ans.Status != AnswerOK {
+		t.Fatalf("Ping while a Lock waits: %+v", ans)
+	}
+	if ans := a.ask(TryLock, 0, "k"); ans.Status != AnswerLocked || ans.Token != 0 {
+		t.Fatalf("TryLock of a held key = %+v", ans)
+	}
+	if ans := b.ask(Unlock, 0, "k"); ans.Status != AnswerFail {
+		t.Fatalf("b unlocking a's key = %+v", ans)
+	}
+	if ans := a.ask(Unlock, tok+1, "k"); ans.Status != AnswerFail {
+		t.Fatalf("Unlock by a wrong token = %+v", ans)
+	}
+	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerOK || ans.Token != tok {
+		t.Fatalf("Unlock = %+v", ans)
+	}
+	granted, _ := b.next()
+	if granted.ID != 7 || granted.Status != AnswerOK || granted.Token <= tok {
+		t.Fatalf("b's grant = %+v (a's token %d)", granted, tok)
+	}
+	// A stale Unlock by a's old token releases nothing of b's.
+	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerFail {
+		t.Fatalf("stale Unlock = %+v", ans)
+	}
+	// Cancel of a pending Lock is answered '-' on the Lock's id.
+	a.send(Lock, 100, 0, "k")
+	waitUntil(t, "a queued", func() bool { return ts.queued("k") == 1 })
+	a.send(Cancel, 100, 0, "")
+	if ans, _ := a.next(); ans.ID != 100 || ans.Status != AnswerFail {
+		t.Fatalf("cancelled Lock = %+v", ans)
+	}
+	a.send(Cancel, 12345, 0, "") // names nothing: ignored
+	if ans := a.ask(Ping, 0, ""); ans.Status != AnswerOK {
+		t.Fatalf("Ping after a stray Cancel = %+v", ans)
+	}
+	// Bad requests are answered '-' and the session goes on.
+	if ans := a.ask(Action(42), 0, "k"); ans.Status != AnswerFail {
+		t.Fatalf("unknown action = %+v", ans)
+	}
+	if ans := a.ask(Lock, 0, ""); ans.Status != AnswerFail {
+		t.Fatalf("empty key = %+v", ans)
+	}
+	a.id++
+	a.c.Write([]byte{byte(Lock), 0, 0, 0, byte(a.id), 0, 0, 0, 0, 0, 0, 0, 0, 0xff})
+	if ans, _ := a.next(); ans.ID != a.id || ans.Status != AnswerFail {
+		t.Fatalf("negative key size = %+v", ans)
+	}
+	// A pending id reused is answered '-' at once.
+	a.send(Lock, 200, 0, "k")
+	waitUntil(t, "a queued again", func() bool { return ts.queued("k") == 1 })
+	a.send(Ping, 200, 0, "")
+	if ans, _ := a.next(); ans.ID != 200 || ans.Status != AnswerFail {
+		t.Fatalf("reused pending id = %+v", ans)
+	}
+	// Close refuses a's pending Lock, releases nothing of b's, and ends.
+	a.send(Close, 201, 0, "")
+	first, _ := a.next()
+	second, _ := a.next()
+	if first.ID != 200 || first.Status != AnswerFail || second.ID != 201 || second.Status != AnswerOK {
+		t.Fatalf("Close answers %+v then %+v", first, second)
+	}
+	if !a.closed() {
+		t.Fatal("connection still open after Close")
+	}
+	if ki, _ := ts.Table.Key("k"); ki.Token != granted.Token {
+		t.Fatalf("after a's Close the key is %+v", ki)
+	}
+	if _, ok := ts.Table.SessionInfo(locker.SessionID(oa.Session)); ok {
+		t.Fatal("a's session still open after Close")
+	}
+	// b's Close releases its hold.
+	if ans := b.ask(Close, 0, ""); ans.Status != AnswerOK {
+		t.Fatalf("b Close = %+v", ans)
+	}
+	waitUntil(t, "k released", func() bool { _, ok := ts.Table.Key("k"); return !ok })
+}
+
+func TestSessionDisconnectAndResume(t *testing.T) {
+	ts := startServer(t, nil)
+	a, oa := ts.openSession(t, Open{TTLMillis: 60000})
+	tok := a.ask(Lock, 0, "held").Token
+	ts.Table.TryLock("busy", locker.Holder{Source: "other"})
+	a.send(Lock, 50, 0, "busy")
+	waitUntil(t, "a queued", func() bool { return ts.queued("busy") == 1 })
+	a.c.Close()
+	// Disconnected: the waiter is withdrawn, the hold stays.
+	waitUntil(t, "a disconnected", func() bool {
+		info, _ := ts.Table.SessionInfo(locker.SessionID(oa.Session))
+		return !info.Connected
+	})
+	if ts.queued("busy") != 0 {
+		t.Fatal("a disconnected session's waiter is still queued")
+	}
+	if ki, _ := ts.Table.Key("held"); ki.Token != tok {
+		t.Fatalf("the hold did not survive the disconnect: %+v", ki)
+	}
+	a2, oa2 := ts.openSession(t, Open{Resume: oa.Session, TTLMillis: 1000, Source: "ignored"})
+	if oa2.Status != AnswerOK || oa2.Session != oa.Session || oa2.TTLMillis != 60000 {
+		t.Fatalf("resume answer %+v", oa2)
+	}
+	// Resumed while connected: the old connection is closed first.
+	a3, _ := ts.openSession(t, Open{Resume: oa.Session})
+	if !a2.closed() {
+		t.Fatal("the old connection of a resumed session is still open")
+	}
+	if ans := a3.ask(Unlock, tok, "held"); ans.Status != AnswerOK || ans.Token != tok {
+		t.Fatalf("Unlock after resume = %+v", ans)
+	}
+	// Unknown sessions and wrong versions are refused with 13 bytes.
+	if _, o := ts.openSession(t, Open{Resume: 42}); o.Status != AnswerFail || o.Session != 0 {
+		t.Fatalf("resume of an unknown session = %+v", o)
+	}
+	if _, o := ts.openSession(t, Open{Version: 9}); o.Status != AnswerFail {
+		t.Fatalf("unknown version = %+v", o)
+	}
+}
+
+func TestSessionVersionAnsweredAtOnce(t *testing.T) {
+	ts := startServer(t, nil)
+	c := ts.send(t, []byte{16, 2}) // nothing more will come
+	var b [OpenAnswerSize]byte
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != AnswerFail {
+		t.Fatalf("answer to an unknown version: %x, %v", b, err)
+	}
+}
+
+func TestSessionExpiryClosesConnection(t *testing.T) {
+	ts := startServer(t, nil)
+	a, oa := ts.openSession(t, Open{TTLMillis: 1000})
+	a.ask(Lock, 0, "k")
+	b, _ := ts.openSession(t, Open{TTLMillis: 60000})
+	b.send(Lock, 1, 0, "k")
+	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
+	// a stays silent past its TTL; the table's reaper ends it.
+	for ts.Table.ExpireSessions() == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if !a.closed() {
+		t.Fatal("an expired session's connection is still open")
+	}
+	if ans, ok := b.next(); !ok || ans.ID != 1 || ans.Status != AnswerOK {
+		t.Fatalf("b after a expired: %+v, %v", ans, ok)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("expiry took %v past the reaping", took)
+	}
+	if _, ok := ts.Table.SessionInfo(locker.SessionID(oa.Session)); ok {
+		t.Fatal("expired session still listed")
+	}
+}
+
+func TestSessionAuthToken(t *testing.T) {
+	ts := startServer(t, func(s *Server) { s.AuthToken = "s3cret" })
+	if _, o := ts.openSession(t, Open{Auth: "wrong"}); o.Status != AnswerFail {
+		t.Fatalf("wrong auth = %+v", o)
+	}
+	if _, o := ts.openSession(t, Open{}); o.Status != AnswerFail {
+		t.Fatalf("no auth = %+v", o)
+	}
+	p, o := ts.openSession(t, Open{Auth: "s3cret"})
+	if o.Status != AnswerOK {
+		t.Fatalf("right auth = %+v", o)
+	}
+	if ans := p.ask(Lock, 0, "k"); ans.Status != AnswerOK {
+		t.Fatalf("Lock = %+v", ans)
+	}
+	// v1 frames are read whole and refused.
+	if got := ts.ask(t, Lock, "v1", "svc"); got != AnswerFail {
+		t.Fatalf("v1 Lock with AUTH_TOKEN set = %q", got)
+	}
+	if got := ts.ask(t, Unlock, "k", ""); got != AnswerFail {
+		t.Fatalf("v1 Unlock with AUTH_TOKEN set = %q", got)
+	}
+	if _, ok := ts.Table.Key("k"); !ok {
+		t.Fatal("a v1 Unlock released a key with AUTH_TOKEN set")
+	}
+}
+
+func TestSessionPendingLimit(t *testing.T) {
+	ts := startServer(t, nil)
+	ts.Table.TryLock("k", locker.Holder{Source: "h"})
+	p, _ := ts.openSession(t, Open{})
+	var buf []byte
+	for i := range MaxPending + 1 {
+		buf, _ = Request{Action: Lock, ID: uint32(i + 1), Key: "k"}.Append(buf)
+	}
+	p.c.Write(buf)
+	if !p.closed() {
+		t.Fatal("the connection survived more than MaxPending pending requests")
+	}
+	waitUntil(t, "the waiters withdrawn", func() bool { return ts.queued("k") == 0 })
+}
+
+func TestSessionConnectionLimitRefusal(t *testing.T) {
+	ts := startServer(t, func(s *Server) { s.MaxConnections = 1 })
+	p, _ := ts.openSession(t, Open{})
+	_ = p
+	c := ts.send(t, append(mustOpen(t, Open{Version: 1}), 0))
+	var b [OpenAnswerSize]byte
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != AnswerFail {
+		t.Fatalf("a session over the limit got %x, %v; want the 13-byte refusal", b, err)
+	}
+}
+
+func mustOpen(t *testing.T, o Open) []byte {
+	b, err := o.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOriginalServerFrames(t *testing.T) {
+	ts := startServer(t, nil)
+	if got := ts.ask(t, Lock, "k", "svc"); got != AnswerOK {
+		t.Fatalf("Lock = %q", got)
+	}
+	// The original Go client's Unlock: no source field, and it waits for
+	// the answer before closing.
+	c := ts.send(t, []byte{byte(Unlock), 1, 'k'})
+	if got := answer(t, c); got != AnswerOK {
+		t.Fatalf("original Unlock = %q", got)
+	}
+	ts.ask(t, Lock, "k", "svc")
+	c = ts.send(t, []byte{byte(ResetByKey), 1, 'k'})
+	if got := answer(t, c); got != AnswerOK {
+		t.Fatalf("original ResetByKey = %q", got)
+	}
+	ts.ask(t, Lock, "a", "orig-src")
+	ts.ask(t, Lock, "b", "orig-src")
+	c = ts.send(t, append([]byte{byte(ResetBySource), 8}, "orig-src"...))
+	if got := answer(t, c); got != AnswerOK {
+		t.Fatalf("original ResetBySource = %q", got)
+	}
+	waitUntil(t, "orig-src's keys released", func() bool { return ts.Table.Stats().Held == 0 })
+}
+
+// TestUndeliveredSessionGrantIsHandedOn: a grant decided for a session
+// whose connection is gone before the '+' is written is released, that
+// grant only, and passes to the next waiter.
+func TestUndeliveredSessionGrantIsHandedOn(t *testing.T) {
+	ts := startServer(t, nil)
+	holderTok, _ := ts.Table.TryLock("k", locker.Holder{Source: "h"})
+	p, _ := ts.openSession(t, Open{})
+	p.send(Lock, 1, 0, "k")
+	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
+	next := make(chan error, 1)
+	go func() {
+		_, err := ts.Table.Lock(t.Context(), "k", locker.Holder{Source: "next"})
+		next <- err
+	}()
+	waitUntil(t, "next queued", func() bool { return ts.queued("k") == 2 })
+	p.c.Close()
+	ts.Table.Release("k", holderTok)
+	if err := <-next; err != nil {
+		t.Fatalf("the next waiter: %v", err)
+	}
+	if ki, _ := ts.Table.Key("k"); ki.Holder.Source != "next" {
+		t.Fatalf("holder %+v", ki)
+	}
+}
+
+// TestManyLocksOneSession shares one session among many concurrent
+// lockers, as a program's goroutines would.
+func TestManyLocksOneSession(t *testing.T) {
+	ts := startServer(t, nil)
+	p, _ := ts.openSession(t, Open{})
+	const n = 200
+	var buf []byte
+	for i := range n {
+		buf, _ = Request{Action: Lock, ID: uint32(i + 1), Key: fmt.Sprint("k", i%10)}.Append(buf)
+	}
+	p.c.Write(buf)
+	held := map[string]uint64{}
+	for range n {
+		var ans Answer
+		for {
+			var ok bool
+			if ans, ok = p.next(); !ok {
+				t.Fatal("connection ended")
+			}
+			if ans.Status == AnswerOK && ans.Token != 0 && ans.ID <= n {
+				break
+			}
+			if ans.ID > n { // an Unlock's answer
+				continue
+			}
+			t.Fatalf("Lock answered %+v", ans)
+		}
+		key := fmt.Sprint("k", (ans.ID-1)%10)
+		if _, dup := held[key]; dup {
+			t.Fatalf("%s granted twice at once", key)
+		}
+		b, _ := Request{Action: Unlock, ID: n + ans.ID, Token: ans.Token, Key: key}.Append(nil)
+		p.c.Write(b)
+		held[key] = ans.Token
+		delete(held, key) // released by the Unlock just sent
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,6 +72,9 @@ Environment:
   WEB_PASSWORD     basic auth (user admin) on the web port, probes excepted
   SESSION_TTL      TTL of a session that asks for 0, 1s..10m (default 10s)
   AUTH_TOKEN       secret a session must present; v1 frames are then refused
+  WEB_ALLOWED_HOSTS  further Host names the web port answers for (comma-separated)
+  WEB_MAX_CONNECTIONS  concurrent web connections           (default 256)
+  WEB_MAX_CONNECTIONS_PER_PEER  per IP address; -1 = no bound (default a quarter)
 `
 
 // ready is told the listeners' addresses once both listen; tests use it.
@@ -125,7 +129,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			tcpLn.Close()
 			return fmt.Errorf("WEB_ADDRESS: %w", err)
 		}
-		handler := web.New(web.Options{
+		webOpts := web.Options{
 			Table:       table,
 			StuckAfter:  cfg.StuckAfter,
 			Password:    cfg.WebPassword,
@@ -137,9 +141,14 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			// Not ready before the replay, nor after the log failed: the
 			// engine then answers '-' to every lock until a restart.
 			Ready:    func() bool { return replayed.Load() && journal.Healthy() },
-			LogStats: func() web.LogStats { return logStats(journal) },
-		})
-		webSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+			LogStats:              func() web.LogStats { return logStats(journal) },
+			ListenAddress:         cfg.WebAddress,
+			AllowedHosts:          cfg.WebAllowedHosts,
+			MaxConnections:        cfg.WebMaxConnections,
+			MaxConnectionsPerPeer: cfg.WebMaxConnectionsPerPeer,
+		}
+		webSrv = web.NewHTTPServer(web.New(webOpts))
+		webLn = webOpts.Listener(webLn) // bounded, per peer too
 	}
 
 	var wg sync.WaitGroup
@@ -274,6 +283,10 @@ type config struct {
 	WebPassword    string
 	SessionTTL     time.Duration
 	AuthToken      string
+	// The web port's Host allow-list and connection bounds (web.Options).
+	WebAllowedHosts          []string
+	WebMaxConnections        int
+	WebMaxConnectionsPerPeer int
 }
 
 // configFromEnv reads the configuration; every error names its variable.
@@ -320,6 +333,25 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	}
 	if c.SessionTTL < time.Second || c.SessionTTL > 10*time.Minute {
 		return c, fmt.Errorf("SESSION_TTL=%q: want a duration from 1s to 10m", getenv("SESSION_TTL"))
+	}
+	for _, h := range strings.Split(getenv("WEB_ALLOWED_HOSTS"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.WebAllowedHosts = append(c.WebAllowedHosts, h)
+		}
+	}
+	if v := getenv("WEB_MAX_CONNECTIONS"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 {
+			return c, fmt.Errorf("WEB_MAX_CONNECTIONS=%q: want a whole number of at least 1", v)
+		}
+		c.WebMaxConnections = n
+	}
+	if v := getenv("WEB_MAX_CONNECTIONS_PER_PEER"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < -1 || n == 0 {
+			return c, fmt.Errorf("WEB_MAX_CONNECTIONS_PER_PEER=%q: want a whole number of at least 1, or -1 for no per-address bound", v)
+		}
+		c.WebMaxConnectionsPerPeer = n
 	}
 	if v := getenv("MAX_CONNECTIONS"); v != "" {
 		n, perr := strconv.Atoi(v)

@@ -366,3 +366,51 @@ func TestBinaryDistinctKeysDoNotLeak(t *testing.T) {
 		t.Fatalf("server RSS grew by %d MiB", (end-start)>>20)
 	}
 }
+
+// originalClient speaks as the original server's Go client does: one
+// connection per call; Lock [1][keySize][key][sourceSize][source], Unlock
+// and ResetByKey [action][keySize][key] with no source field,
+// ResetBySource [4][sourceSize][source]; it writes, reads one byte, closes.
+func originalClient(t *testing.T, addr string, frame []byte) (byte, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	got := raw(t, addr, frame)
+	return got, time.Since(start)
+}
+
+// TestBinaryOriginalClientFrames: the frames of the original server's
+// clients lock, unlock, reset by key and by source against this server,
+// each answered at once (they waited 10 s and failed before).
+func TestBinaryOriginalClientFrames(t *testing.T) {
+	p := startBinary(t)
+	steps := []struct {
+		what  string
+		frame []byte
+	}{
+		{"lock", []byte("\x01\x04jobs\x04orig")},
+		{"unlock", []byte("\x02\x04jobs")},
+		{"lock again", []byte("\x01\x04jobs\x04orig")},
+		{"reset by key", []byte("\x03\x04jobs")},
+		{"lock a", []byte("\x01\x01a\x04orig")},
+		{"lock b", []byte("\x01\x01b\x04orig")},
+		{"reset by source", []byte("\x04\x04orig")},
+	}
+	for _, s := range steps {
+		got, took := originalClient(t, p.addr, s.frame)
+		if got != '+' {
+			t.Fatalf("%s: answered %q", s.what, got)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("%s: answered after %v", s.what, took)
+		}
+	}
+	resp, err := http.Get("http://" + p.web + "/api/v1/keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("keys left held after the original client's resets: %s", body)
+	}
+}

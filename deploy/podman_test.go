@@ -425,8 +425,8 @@ func (s *podmanStack) health() string {
 
 // awaitHealthy runs the container's healthcheck until podman records it
 // healthy. Podman schedules healthchecks with systemd timers; this machine
-// has no systemd, so the test runs each check itself, at the compose file's
-// interval at most, as the timer would.
+// has no systemd, so the test runs the check itself, once a second, as the
+// timer would at the compose file's interval.
 func (s *podmanStack) awaitHealthy() {
 	s.t.Helper()
 	ctr := s.container()

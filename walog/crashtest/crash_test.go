@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,14 +22,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/wire"
 )
 
-// The run's size. LC_CRASH_CYCLES raises the number of kills (say 500 for a
-// long run); LC_CRASH_SEED replays a run (its seed is logged).
+// The run's size. -crash-cycles or LC_CRASH_CYCLES raises the number of
+// kills (say 500 for a long run); LC_CRASH_SEED replays a run (its seed is
+// logged).
 const (
-	defaultCycles = 20
-	workers       = 12
-	keyCount      = 6
+	workers        = 8 // v1 clients
+	sessionWorkers = 6 // session clients, half of them resumers
+	keyCount       = 6
 )
 
 var serverBinary string // the server, built by TestMain
@@ -146,9 +149,11 @@ func (s *server) kill() {
 }
 
 // hold is one acknowledged grant: from the '+' to the moment its Unlock
-// was sent (zero while the key is still held).
+// was sent (zero while the key is still held). token is the grant's
+// fencing token when the holder learnt it (sessions), else 0.
 type hold struct {
 	key, who string
+	token    uint64
 	ack, end time.Time
 }
 
@@ -158,8 +163,8 @@ type recorder struct {
 	holds []*hold
 }
 
-func (r *recorder) grant(key, who string, ack time.Time) *hold {
-	h := &hold{key: key, who: who, ack: ack}
+func (r *recorder) grant(key, who string, token uint64, ack time.Time) *hold {
+	h := &hold{key: key, who: who, token: token, ack: ack}
 	r.mu.Lock()
 	r.holds = append(r.holds, h)
 	r.mu.Unlock()
@@ -172,10 +177,13 @@ func (r *recorder) release(h *hold, at time.Time) {
 	r.mu.Unlock()
 }
 
-// check reports every pair of holds of one key that overlap. If the server
-// is right, a grant is acknowledged only after the previous holder's Unlock
-// was sent (or before the previous grant), so the intervals are disjoint.
-func (r *recorder) check(t *testing.T) (grants int) {
+// check reports every pair of holds of one key that overlap, and every
+// token that is not above the one before it on that key. If the server is
+// right, a grant is acknowledged only after the previous holder's Unlock
+// was sent (or before the previous grant), so the intervals are disjoint,
+// and in that order every token is larger than the last, across restarts
+// and compactions.
+func (r *recorder) check(t *testing.T) (grants, tokens int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byKey := make(map[string][]*hold)
@@ -184,20 +192,32 @@ func (r *recorder) check(t *testing.T) (grants int) {
 	}
 	for key, hs := range byKey {
 		slices.SortFunc(hs, func(a, b *hold) int { return a.ack.Compare(b.ack) })
-		for i := 1; i < len(hs); i++ {
-			prev, cur := hs[i-1], hs[i]
-			if prev.end.IsZero() || cur.ack.Before(prev.end) {
-				t.Errorf("key %q granted to two holders at once: %s from %v until %v, and %s from %v",
-					key, prev.who, prev.ack.Format(time.StampMicro), prev.end.Format(time.StampMicro),
-					cur.who, cur.ack.Format(time.StampMicro))
+		var last *hold
+		for i, cur := range hs {
+			if i > 0 {
+				prev := hs[i-1]
+				if prev.end.IsZero() || cur.ack.Before(prev.end) {
+					t.Errorf("key %q granted to two holders at once: %s from %v until %v, and %s from %v",
+						key, prev.who, prev.ack.Format(time.StampMicro), prev.end.Format(time.StampMicro),
+						cur.who, cur.ack.Format(time.StampMicro))
+				}
 			}
+			if cur.token == 0 {
+				continue
+			}
+			tokens++
+			if last != nil && cur.token <= last.token {
+				t.Errorf("key %q: token %d granted to %s at %v is not above token %d granted to %s at %v",
+					key, cur.token, cur.who, cur.ack.Format(time.StampMicro), last.token, last.who, last.ack.Format(time.StampMicro))
+			}
+			last = cur
 		}
 	}
-	return len(r.holds)
+	return len(r.holds), tokens
 }
 
-// worker is one client locking and unlocking random keys until the server
-// dies under it.
+// worker is one v1 client locking and unlocking random keys until the
+// server dies under it.
 type worker struct {
 	name    string
 	holding *hold           // acknowledged and not yet unlocked
@@ -215,7 +235,7 @@ func (w *worker) run(ctx context.Context, t *testing.T, c *client.Client, rec *r
 			w.unsure[k] = true // the server died while we waited
 			return
 		}
-		w.holding = rec.grant(k, w.name, time.Now())
+		w.holding = rec.grant(k, w.name, 0, time.Now())
 		if d := rng.IntN(500); d > 0 {
 			time.Sleep(time.Duration(d) * time.Microsecond) // the critical section
 		}
@@ -237,29 +257,130 @@ func (w *worker) run(ctx context.Context, t *testing.T, c *client.Client, rec *r
 	}
 }
 
+// The session workers' TTLs: a resumer's outlasts the check after a
+// restart; an expirer's is the shortest the server grants, so that the
+// check that its holds are released at expiry stays short.
+const (
+	resumerTTL = 10 * time.Second
+	expirerTTL = time.Second
+)
+
+// sworker is one session client. A resumer takes its session back after
+// every restart and goes on with it; an expirer leaves its session to
+// expire and opens a new one. A sticky one keeps one of its grants until
+// the crash, so that most cycles restore a session hold.
+type sworker struct {
+	name    string
+	resumer bool
+	sticky  bool
+	keys    []string // its own keys, for a churner; nil: the shared ones
+	s       *sess    // the open connection; nil between a crash and a resume
+	id      uint64   // the session, kept across restarts; 0 for none
+	holding *hold
+	unsure  map[string]bool
+}
+
+func (w *sworker) ttl() time.Duration {
+	if w.resumer {
+		return resumerTTL
+	}
+	return expirerTTL
+}
+
+func (w *sworker) run(ctx context.Context, t *testing.T, addr string, rec *recorder, keys []string, rng *rand.Rand) {
+	if w.s == nil {
+		s, err := openSession(addr, w.name, w.ttl(), 0)
+		if err != nil {
+			return // the server died already
+		}
+		w.s, w.id = s, s.id
+	}
+	stickAt := -1
+	if w.sticky {
+		stickAt = rng.IntN(5)
+	}
+	for n := 0; ctx.Err() == nil; n++ {
+		k := keys[rng.IntN(len(keys))]
+		action := wire.Lock
+		if rng.IntN(4) == 0 {
+			action = wire.TryLock
+		}
+		a, err := w.s.do(action, k, 0, time.Minute)
+		if err != nil {
+			w.unsure[k] = true // the server died while we waited
+			return
+		}
+		switch {
+		case a.Status == wire.AnswerLocked && action == wire.TryLock:
+			continue
+		case a.Status != wire.AnswerOK:
+			t.Errorf("%s: %v %q answered %q on a healthy disk", w.name, action, k, a.Status)
+			return
+		case a.Token == 0:
+			t.Errorf("%s: %v %q answered '+' without a token", w.name, action, k)
+		}
+		w.holding = rec.grant(k, w.name, a.Token, time.Now())
+		if n == stickAt {
+			<-ctx.Done() // hold it across the crash
+			return
+		}
+		if d := rng.IntN(500); d > 0 {
+			time.Sleep(time.Duration(d) * time.Microsecond)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		h := w.holding
+		rec.release(h, time.Now())
+		w.holding = nil
+		a, err = w.s.do(wire.Unlock, k, h.token, time.Minute)
+		if err != nil {
+			w.unsure[k] = true
+			return
+		}
+		if a.Status != wire.AnswerOK || a.Token != h.token {
+			t.Errorf("%s: unlock of %q under token %d answered %q with token %d", w.name, k, h.token, a.Status, a.Token)
+		}
+	}
+}
+
+// cycles is the number of SIGKILLs of TestCrashRestart (with
+// LC_CRASH_CYCLES, the flag wins).
+var cycles = flag.Int("crash-cycles", 0, "SIGKILL cycles of TestCrashRestart (default LC_CRASH_CYCLES, else 12)")
+
+// counts are what a run exercised, for its log line and its floor.
+type counts struct {
+	resumed, expired, compactions int
+}
+
 // TestCrashRestart kills the server with SIGKILL at random moments under
-// concurrent lockers and restarts it: after every restart each key
-// acknowledged and not released is held (and its holder can unlock it),
-// each key released is free, and over the whole run no key was ever
-// granted to two holders at once.
+// concurrent v1 and session clients and restarts it. After every restart
+// each key acknowledged and not released is held, by the same holder; a
+// resumed session keeps its holds under their tokens, a session left alone
+// loses them at its expiry, one TTL after the start; each key released is
+// free. Over the whole run no key was ever granted to two holders at once,
+// and the fencing tokens of every key only grew, over every restart and
+// compaction.
 func TestCrashRestart(t *testing.T) {
-	cycles := defaultCycles
+	n := 12
 	if v := os.Getenv("LC_CRASH_CYCLES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
 			t.Fatalf("LC_CRASH_CYCLES=%q: want a whole number of at least 1", v)
 		}
-		cycles = n
+	}
+	if *cycles > 0 {
+		n = *cycles
 	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("LC_CRASH_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
+		s, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			t.Fatalf("LC_CRASH_SEED=%q: %v", v, err)
 		}
-		seed = n
+		seed = s
 	}
-	t.Logf("seed %d (LC_CRASH_SEED replays it), %d cycles", seed, cycles)
+	t.Logf("seed %d (LC_CRASH_SEED replays it), %d cycles", seed, n)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	dataPath := filepath.Join(t.TempDir(), "locks.wal")
@@ -272,9 +393,28 @@ func TestCrashRestart(t *testing.T) {
 	for i := range ws {
 		ws[i] = &worker{name: fmt.Sprintf("w%d", i), unsure: make(map[string]bool)}
 	}
+	var ss []*sworker
+	for i := range sessionWorkers {
+		ss = append(ss, &sworker{name: fmt.Sprintf("s%d", i), resumer: i%2 == 0, sticky: i < 2, unsure: make(map[string]bool)})
+	}
+	// Churners lock and unlock keys of their own as fast as the log
+	// allows, so that even a short run grows the log past the compaction
+	// threshold a few times and the tokens are checked across compactions.
+	for i := range 2 {
+		ss = append(ss, &sworker{name: fmt.Sprintf("churn%d", i), keys: []string{fmt.Sprintf("churn/%d", i)}, unsure: make(map[string]bool)})
+	}
+	defer func() {
+		for _, w := range ss {
+			if w.s != nil {
+				w.s.close()
+			}
+		}
+	}()
 
+	var seen counts
 	srv := start(t, dataPath)
-	for cycle := range cycles {
+	size := fileSize(t, dataPath)
+	for cycle := range n {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for _, w := range ws {
@@ -282,13 +422,31 @@ func TestCrashRestart(t *testing.T) {
 			wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(cycle)))
 			wg.Go(func() { w.run(ctx, t, c, rec, keys, wrng) })
 		}
+		for _, w := range ss {
+			wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(cycle)))
+			wkeys := keys
+			if w.keys != nil {
+				wkeys = w.keys
+			}
+			wg.Go(func() { w.run(ctx, t, srv.addr, rec, wkeys, wrng) })
+		}
 		time.Sleep(time.Duration(20+rng.IntN(250)) * time.Millisecond) // the random moment
 		srv.kill()
 		cancel()
 		wg.Wait()
+		for _, w := range ss {
+			if w.s != nil {
+				w.s.close()
+				w.s = nil
+			}
+		}
+		if grown := fileSize(t, dataPath); grown < size {
+			seen.compactions++ // the log shrank: it was compacted since the last look
+		}
 
 		srv = start(t, dataPath)
-		verify(t, srv, ws, keys, rec, cycle)
+		verify(t, srv, ws, ss, keys, rec, cycle, &seen)
+		size = fileSize(t, dataPath)
 		if t.Failed() {
 			t.Logf("server log of the restart:\n%s", srv.out)
 			break
@@ -299,46 +457,145 @@ func TestCrashRestart(t *testing.T) {
 	if srv.err != nil {
 		t.Errorf("server exit on SIGTERM: %v\n%s", srv.err, srv.out)
 	}
-	grants := rec.check(t)
-	fi, err := os.Stat(dataPath)
-	if err != nil {
-		t.Fatal(err)
+	grants, tokens := rec.check(t)
+	t.Logf("%d cycles, %d acknowledged grants checked (%d with their token), %d session holds resumed after a restart, %d released at expiry, %d compactions seen, final log %d bytes",
+		n, grants, tokens, seen.resumed, seen.expired, seen.compactions, fileSize(t, dataPath))
+	if grants < n || tokens < n*keyCount {
+		t.Errorf("only %d grants (%d tokens) in %d cycles: the test exercised little", grants, tokens, n)
 	}
-	t.Logf("%d cycles, %d acknowledged grants checked, final log %d bytes", cycles, grants, fi.Size())
-	if grants < cycles {
-		t.Errorf("only %d grants in %d cycles: the test exercised little", grants, cycles)
+	if n >= 8 && (seen.resumed == 0 || seen.expired == 0) {
+		t.Errorf("in %d cycles, %d resumed session holds and %d expired ones: the test exercised little", n, seen.resumed, seen.expired)
 	}
 }
 
-// verify checks the restarted server against what the workers were told,
-// then brings every key back to free for the next cycle.
-func verify(t *testing.T, srv *server, ws []*worker, keys []string, rec *recorder, cycle int) {
+func fileSize(t *testing.T, path string) int64 {
 	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// verify checks the restarted server against what the clients were told,
+// then brings every key back to free for the next cycle. Restored session
+// holds are checked first: an expirer's must still be held, and must
+// become free one TTL after the start without anyone releasing it.
+func verify(t *testing.T, srv *server, ws []*worker, ss []*sworker, keys []string, rec *recorder, cycle int, seen *counts) {
+	t.Helper()
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	checker := client.New(srv.addr, client.WithSource("checker"))
+	probe := func(k string) error { // a v1 TryLock that gives back what it takes
+		err := checker.TryLock(ctx, k)
+		if err == nil {
+			rec.release(rec.grant(k, "checker", 0, time.Now()), time.Now())
+			if uerr := checker.Unlock(ctx, k); uerr != nil {
+				t.Errorf("cycle %d: unlock %q: %v", cycle, k, uerr)
+			}
+		}
+		return err
+	}
+	unsure := make(map[string]bool) // a v1 or resumer outcome unknown: reset
+	for _, w := range ws {
+		for k := range w.unsure {
+			unsure[k] = true
+		}
+	}
+	for _, w := range ss {
+		if w.resumer {
+			for k := range w.unsure {
+				unsure[k] = true
+			}
+		}
+	}
+
+	// Expirers: their acknowledged holds are restored, held by their
+	// disconnected session; keys they were unsure of may be too.
+	expiring := make(map[string]bool) // keys to wait for
+	held := make(map[string]*hold)    // those of acknowledged holds
+	for _, w := range ss {
+		if w.resumer {
+			continue
+		}
+		if h := w.holding; h != nil {
+			if err := probe(h.key); !errors.Is(err, client.ErrLocked) {
+				t.Errorf("cycle %d: %q was granted to session %s and not released, but after restart TryLock gave %v", cycle, h.key, w.name, err)
+			}
+			// Others' unknown outcomes on this key do not matter: it
+			// was held throughout, so none of them can have had it.
+			expiring[h.key], held[h.key] = true, h
+		}
+		for k := range w.unsure {
+			if !unsure[k] {
+				expiring[k] = true
+			}
+		}
+	}
+
+	// Resumers: the session comes back with its hold, under its token.
+	for _, w := range ss {
+		if !w.resumer || w.id == 0 {
+			continue
+		}
+		s, err := openSession(srv.addr, w.name, w.ttl(), w.id)
+		switch {
+		case w.holding != nil && err != nil:
+			t.Errorf("cycle %d: session %s held %q but its resume after restart gave %v", cycle, w.name, w.holding.key, err)
+		case w.holding == nil && len(w.unsure) == 0 && !errors.Is(err, errOpenRefused):
+			t.Errorf("cycle %d: session %s held nothing, yet its resume gave %v (a session that held nothing is not restored)", cycle, w.name, err)
+		}
+		if err != nil {
+			w.id, w.holding = 0, nil
+			clear(w.unsure)
+			continue
+		}
+		if s.ttl != w.ttl() {
+			t.Errorf("cycle %d: session %s resumed with TTL %v, want its own %v", cycle, w.name, s.ttl, w.ttl())
+		}
+		w.s = s
+		if h := w.holding; h != nil {
+			if err := probe(h.key); !errors.Is(err, client.ErrLocked) {
+				t.Errorf("cycle %d: resumed session %s should hold %q, but TryLock gave %v", cycle, w.name, h.key, err)
+			}
+			rec.release(h, time.Now())
+			a, err := s.do(wire.Unlock, h.key, h.token, 10*time.Second)
+			if err != nil || a.Status != wire.AnswerOK || a.Token != h.token {
+				t.Errorf("cycle %d: resumed session %s: unlock %q under token %d gave %+v, %v", cycle, w.name, h.key, h.token, a, err)
+			} else {
+				seen.resumed++
+			}
+			w.holding = nil
+		}
+		for k := range w.unsure {
+			// Held or not, both are allowed; give it back if held.
+			if _, err := s.do(wire.Unlock, k, 0, 10*time.Second); err != nil {
+				t.Errorf("cycle %d: resumed session %s: unlock %q: %v", cycle, w.name, k, err)
+			}
+		}
+		clear(w.unsure)
+	}
+
+	// Every other key, as v1 clients see it.
 	for _, k := range keys {
 		var holders []*worker
-		unsure := false
 		for _, w := range ws {
 			if w.holding != nil && w.holding.key == k {
 				holders = append(holders, w)
 			}
-			unsure = unsure || w.unsure[k]
 			delete(w.unsure, k)
 		}
 		switch {
+		case expiring[k]:
+			// Checked below, once its session has expired.
 		case len(holders) > 1:
 			t.Errorf("cycle %d: key %q acknowledged to %d workers at the crash", cycle, k, len(holders))
 		case len(holders) == 1:
 			w := holders[0]
-			err := checker.TryLock(ctx, k)
-			if !errors.Is(err, client.ErrLocked) {
+			if err := probe(k); !errors.Is(err, client.ErrLocked) {
 				t.Errorf("cycle %d: %q was granted to %s and not released, but after restart TryLock gave %v",
 					cycle, k, w.name, err)
-				if err == nil {
-					rec.release(rec.grant(k, "checker", time.Now()), time.Now())
-				}
 			}
 			rec.release(w.holding, time.Now())
 			w.holding = nil
@@ -346,24 +603,94 @@ func verify(t *testing.T, srv *server, ws []*worker, keys []string, rec *recorde
 			if err := client.New(srv.addr, client.WithSource(w.name)).Unlock(ctx, k); err != nil {
 				t.Errorf("cycle %d: %s could not unlock restored %q: %v", cycle, w.name, k, err)
 			}
-		case unsure:
+		case unsure[k]:
 			// A lock or unlock was in flight: held or not, both are
 			// allowed (held by nobody is the safe side). Clear it.
 			if err := checker.ResetByKey(ctx, k); err != nil {
 				t.Errorf("cycle %d: reset %q: %v", cycle, k, err)
 			}
 		default:
-			err := checker.TryLock(ctx, k)
-			if err != nil {
+			if err := probe(k); err != nil {
 				t.Errorf("cycle %d: %q was released before the crash, but after restart TryLock gave %v", cycle, k, err)
-				continue
-			}
-			h := rec.grant(k, "checker", time.Now())
-			rec.release(h, time.Now())
-			if err := checker.Unlock(ctx, k); err != nil {
-				t.Errorf("cycle %d: unlock %q: %v", cycle, k, err)
 			}
 		}
+	}
+
+	// The expirers' keys come free at their sessions' expiry, one TTL
+	// after the start (within 250 ms), and not much before.
+	deadline := started.Add(expirerTTL + time.Second)
+	for k := range expiring {
+		for {
+			sent := time.Now()
+			err := checker.TryLock(ctx, k)
+			if err == nil {
+				if h := held[k]; h != nil {
+					rec.release(h, sent) // its session's expiry released it, before this '+'
+				}
+				rec.release(rec.grant(k, "checker", 0, time.Now()), time.Now())
+				if uerr := checker.Unlock(ctx, k); uerr != nil {
+					t.Errorf("cycle %d: unlock %q: %v", cycle, k, uerr)
+				}
+				if took := time.Since(started); held[k] != nil && took < expirerTTL/2 {
+					t.Errorf("cycle %d: %q, held by an expiring session, came free %v after the start, before its TTL of %v", cycle, k, took, expirerTTL)
+				}
+				break
+			}
+			if !errors.Is(err, client.ErrLocked) || time.Now().After(deadline) {
+				if h := held[k]; h != nil {
+					rec.release(h, time.Now())
+				}
+				t.Errorf("cycle %d: %q, held by a session nobody resumed, still not free %v after the start (TTL %v): %v",
+					cycle, k, time.Since(started), expirerTTL, err)
+				if rerr := checker.ResetByKey(ctx, k); rerr != nil {
+					t.Errorf("cycle %d: reset %q: %v", cycle, k, rerr)
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // the expiry has no event a client can wait on
+		}
+	}
+	for _, w := range ss {
+		if w.resumer {
+			continue
+		}
+		if h := w.holding; h != nil {
+			if held[h.key] == h && !h.end.IsZero() {
+				seen.expired++
+				// Nothing but the expiry released it: the session is gone.
+				if s, err := openSession(srv.addr, w.name, w.ttl(), w.id); err == nil {
+					s.close()
+					t.Errorf("cycle %d: session %s resumed after its expiry", cycle, w.name)
+				}
+			}
+			w.holding = nil
+		}
+		w.id = 0
+		clear(w.unsure)
+	}
+
+	// Every key is free now: a session takes each once, so that every
+	// cycle adds a token per key to the history.
+	s, err := openSession(srv.addr, "checker", resumerTTL, 0)
+	if err != nil {
+		t.Errorf("cycle %d: checker session: %v", cycle, err)
+		return
+	}
+	defer s.close()
+	for _, k := range keys {
+		a, err := s.do(wire.TryLock, k, 0, 10*time.Second)
+		if err != nil || a.Status != wire.AnswerOK || a.Token == 0 {
+			t.Errorf("cycle %d: checker session TryLock %q: %+v, %v", cycle, k, a, err)
+			continue
+		}
+		h := rec.grant(k, "checker-session", a.Token, time.Now())
+		rec.release(h, time.Now())
+		if a, err := s.do(wire.Unlock, k, h.token, 10*time.Second); err != nil || a.Status != wire.AnswerOK || a.Token != h.token {
+			t.Errorf("cycle %d: checker session unlock %q: %+v, %v", cycle, k, a, err)
+		}
+	}
+	if a, err := s.do(wire.Close, "", 0, 10*time.Second); err != nil || a.Status != wire.AnswerOK {
+		t.Errorf("cycle %d: checker session close: %+v, %v", cycle, a, err)
 	}
 }
 
@@ -427,4 +754,27 @@ func TestBinaryTornTailAndCorruption(t *testing.T) {
 	if !bytes.Contains(out, []byte(want)) {
 		t.Fatalf("output does not say %q:\n%s", want, out)
 	}
+}
+
+// TestBinarySecondServerRefused: a second server on the DATA_PATH of a
+// running one refuses to start, exit status non-zero, naming the lock file;
+// once the first has stopped, it starts.
+func TestBinarySecondServerRefused(t *testing.T) {
+	dataPath := filepath.Join(t.TempDir(), "locks.wal")
+	first := start(t, dataPath)
+	cmd := exec.Command(serverBinary)
+	cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		first.kill()
+		t.Fatalf("a second server on the same DATA_PATH did not stop (%v):\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte(dataPath+".lock")) {
+		t.Errorf("the refusal does not name the lock file %s.lock:\n%s", dataPath, out)
+	}
+	first.cmd.Process.Signal(syscall.SIGTERM)
+	<-first.exited
+	second := start(t, dataPath)
+	second.kill()
 }

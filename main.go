@@ -272,7 +272,7 @@ func addrOrOff(l net.Listener) string {
 	return l.Addr().String()
 }
 
-// config is the server's configuration (SPEC §2).
+// config is the server's configuration (the README's Configuration section).
 type config struct {
 	BindAddress    string
 	WebAddress     string // "" when the web port is off

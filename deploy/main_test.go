@@ -44,7 +44,7 @@ func readRepoFile(t *testing.T, rel string) []byte {
 
 // serverDefaults are the server's built-in BIND_ADDRESS and WEB_ADDRESS
 // ports, read from main.go so that the deployment files cannot drift from
-// the code (SPEC §2: 22119 and 22120).
+// the code (the README: 22119 and 22120).
 type serverDefaults struct {
 	LockPort, WebPort string
 }
@@ -64,7 +64,7 @@ func readServerDefaults(t *testing.T) serverDefaults {
 	}
 	d := serverDefaults{LockPort: string(b[1]), WebPort: string(w[1])}
 	if d.LockPort != "22119" || d.WebPort != "22120" {
-		t.Fatalf("server defaults are %+v, SPEC §2 says 22119 and 22120", d)
+		t.Fatalf("server defaults are %+v, the README says 22119 and 22120", d)
 	}
 	return d
 }

@@ -258,7 +258,7 @@ func get(addr, path string) (int, error) {
 	return resp.StatusCode, err
 }
 
-// lockRequest sends one frame of the TCP protocol (SPEC §1) with an empty
+// lockRequest sends one frame of the TCP protocol (docs/protocol.md) with an empty
 // source and returns the one-byte answer.
 func lockRequest(addr string, action byte, key string) (byte, error) {
 	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)

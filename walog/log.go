@@ -33,7 +33,7 @@ var (
 
 // DefaultCompactFloor is the size under which the log is never compacted,
 // so that a log with few live holders is not rewritten on every unlock. It
-// keeps such a log well under the 256 KiB the SPEC allows.
+// keeps such a log well under the 256 KiB bound walog/README.md states.
 const DefaultCompactFloor = 64 << 10
 
 // maxBatch bounds the records of one write, so one batch cannot hold an

@@ -404,7 +404,7 @@ func TestCompactionKeepsTheLogSmall(t *testing.T) {
 	}
 	st := l.Stats()
 	if st.Compactions == 0 || max > 256<<10 {
-		t.Fatalf("20,000 cycles: %d compactions, the log reached %d bytes (SPEC: never past 256 KiB)", st.Compactions, max)
+		t.Fatalf("20,000 cycles: %d compactions, the log reached %d bytes (never past 256 KiB)", st.Compactions, max)
 	}
 	l.Close()
 	fi, err := os.Stat(path)

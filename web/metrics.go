@@ -15,7 +15,7 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-// Metrics are Locking-Center's Prometheus metrics (SPEC §4). One value is
+// Metrics are Locking-Center's Prometheus metrics (the README's Metrics section). One value is
 // created at start and shared: the lock table feeds it through
 // ObserveWait and ObserveHold (locker.Options.OnGrant / OnRelease), the TCP
 // server through the wire.Observer methods, the write-ahead log through
@@ -76,7 +76,7 @@ type family struct {
 
 const prefix = "locking_center_"
 
-// families lists every metric of SPEC §4; the HELP text says what one
+// families lists every metric the README lists; the HELP text says what one
 // sample counts and in which unit, as Prometheus' conventions ask.
 var families = []family{
 	{"held_keys", "gauge", "Keys held right now."},

@@ -20,7 +20,7 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-// specMetrics are the names of SPEC §4 (wal_* only with a log).
+// specMetrics are the names the README lists (wal_* only with a log).
 var specMetrics = []string{
 	"held_keys", "waiters", "stuck_keys", "oldest_hold_age_seconds",
 	"requests_total", "resets_total", "connections", "connections_rejected_total",

@@ -213,7 +213,7 @@ func (s *server) key(t *testing.T, key string) *apiKey {
 	switch resp.StatusCode {
 	case http.StatusNotFound:
 		if !json.Valid(body) {
-			t.Fatalf("GET /api/v1/keys/%s: 404 without a JSON body %q: the JSON API (SPEC §4) is not served", key, body)
+			t.Fatalf("GET /api/v1/keys/%s: 404 without a JSON body %q: the JSON API (web/README.md) is not served", key, body)
 		}
 		return nil
 	case http.StatusOK:

@@ -11,7 +11,7 @@ import (
 	"github.com/locking-center/locking-center/wire"
 )
 
-// sess is a small session client (SPEC §7) for the crash test, written on
+// sess is a small session client (docs/protocol.md) for the crash test, written on
 // wire's frames so that the test depends on nothing but the protocol: one
 // request at a time from its owner, and a pinger that keeps the session
 // alive while a Lock waits.

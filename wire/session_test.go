@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -546,11 +547,43 @@ func TestOriginalServerFrames(t *testing.T) {
 	waitUntil(t, "orig-src's keys released", func() bool { return ts.Table.Stats().Held == 0 })
 }
 
-// TestUndeliveredSessionGrantIsHandedOn: a grant decided for a session
-// whose connection is gone before the '+' is written is released, that
-// grant only, and passes to the next waiter.
+// failingWrites makes every accepted connection's writes fail once armed:
+// the server then cannot deliver what it decided.
+type failingWrites struct {
+	net.Listener
+	armed *atomic.Bool
+}
+
+func (l failingWrites) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return failingConn{Conn: c, armed: l.armed}, nil
+}
+
+type failingConn struct {
+	net.Conn
+	armed *atomic.Bool
+}
+
+func (c failingConn) Write(b []byte) (int, error) {
+	if c.armed.Load() {
+		return 0, errors.New("injected write failure")
+	}
+	return c.Conn.Write(b)
+}
+
+// TestUndeliveredSessionGrantIsHandedOn: a grant made to a session whose
+// '+' cannot be written is released, that grant only, and passes to the
+// next waiter instead of staying held by a session that never heard of it.
 func TestUndeliveredSessionGrantIsHandedOn(t *testing.T) {
-	ts := startServer(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	ts := startServerOn(t, failingWrites{Listener: ln, armed: &armed}, nil)
 	holderTok, _ := ts.Table.TryLock("k", locker.Holder{Source: "h"})
 	p, _ := ts.openSession(t, Open{})
 	p.send(Lock, 1, 0, "k")
@@ -561,8 +594,8 @@ func TestUndeliveredSessionGrantIsHandedOn(t *testing.T) {
 		next <- err
 	}()
 	waitUntil(t, "next queued", func() bool { return ts.queued("k") == 2 })
-	p.c.Close()
-	ts.Table.Release("k", holderTok)
+	armed.Store(true)
+	ts.Table.Release("k", holderTok) // the session is granted; its '+' fails
 	if err := <-next; err != nil {
 		t.Fatalf("the next waiter: %v", err)
 	}

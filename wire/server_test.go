@@ -44,7 +44,7 @@ type testServer struct {
 	log  *syncBuffer
 }
 
-func startServer(t *testing.T, configure func(*Server)) *testServer {
+func startServer(t testing.TB, configure func(*Server)) *testServer {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +54,7 @@ func startServer(t *testing.T, configure func(*Server)) *testServer {
 }
 
 // startServerOn serves on l until the test ends.
-func startServerOn(t *testing.T, l net.Listener, configure func(*Server)) *testServer {
+func startServerOn(t testing.TB, l net.Listener, configure func(*Server)) *testServer {
 	t.Helper()
 	logs := &syncBuffer{}
 	s := &Server{

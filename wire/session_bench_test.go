@@ -1,0 +1,87 @@
+package wire
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+)
+
+// benchPeer is a minimal session client for benchmarks: one request at a
+// time on its own connection.
+type benchPeer struct {
+	c   net.Conn
+	buf []byte
+	ans [AnswerSize]byte
+	id  uint32
+}
+
+func (ts *testServer) benchPeer(b *testing.B) *benchPeer {
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	o, _ := Open{Version: SessionVersion}.Append(nil)
+	c.Write(o)
+	var a [OpenAnswerSize]byte
+	if _, err := io.ReadFull(c, a[:]); err != nil || a[0] != AnswerOK {
+		b.Fatalf("open: %x %v", a, err)
+	}
+	return &benchPeer{c: c}
+}
+
+func (p *benchPeer) call(b *testing.B, a Action, token uint64, key string) Answer {
+	p.id++
+	p.buf, _ = Request{Action: a, ID: p.id, Token: token, Key: key}.Append(p.buf[:0])
+	if _, err := p.c.Write(p.buf); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(p.c, p.ans[:]); err != nil {
+		b.Fatal(err)
+	}
+	ans, _ := DecodeAnswer(p.ans[:])
+	return ans
+}
+
+func (p *benchPeer) cycle(b *testing.B, key string) {
+	got := p.call(b, Lock, 0, key)
+	if got.Status != AnswerOK {
+		b.Fatalf("Lock %q: %+v", key, got)
+	}
+	if got = p.call(b, Unlock, got.Token, key); got.Status != AnswerOK {
+		b.Fatalf("Unlock %q: %+v", key, got)
+	}
+}
+
+// BenchmarkSessionCycle is one client's Lock+Unlock of fresh keys on a
+// session, in process over loopback TCP (workload A of bench-compare).
+func BenchmarkSessionCycle(b *testing.B) {
+	ts := startServer(b, nil)
+	p := ts.benchPeer(b)
+	key := make([]byte, 0, 32)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key = fmt.Appendf(key[:0], "k/%d", i)
+		p.cycle(b, string(key))
+	}
+}
+
+// BenchmarkSessionParallel is 32 sessions cycling on their own keys
+// (workload B).
+func BenchmarkSessionParallel(b *testing.B) {
+	ts := startServer(b, nil)
+	var next atomic.Int64
+	b.SetParallelism(16) // 32 goroutines on 2 processors
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		p := ts.benchPeer(b)
+		g := next.Add(1)
+		key := make([]byte, 0, 32)
+		for i := 0; pb.Next(); i++ {
+			key = fmt.Appendf(key[:0], "p%d/%d", g, i)
+			p.cycle(b, string(key))
+		}
+	})
+}

@@ -91,8 +91,9 @@ func TestV1ClientSendsOneFramePerConnection(t *testing.T) {
 // request: a Lock of the key "later" is answered only after the next request
 // has been answered.
 type fakeSession struct {
-	t      *testing.T
-	refuse bool
+	t       *testing.T
+	refuse  bool
+	reverse bool // answer the requests that arrived together in reverse order
 
 	mu      sync.Mutex // guards unlocks
 	unlocks int        // Unlocks that carried the right token
@@ -126,7 +127,8 @@ func (f *fakeSession) serve(c net.Conn) {
 	}
 	tokens := make(map[string]uint64)
 	next := uint64(100)
-	var held []byte // an answer held back for "later"
+	var held []byte  // an answer held back for "later"
+	var batch []byte // with reverse: the answers not yet written, last first
 	for {
 		hdr := make([]byte, 14)
 		if _, err := io.ReadFull(r, hdr); err != nil {
@@ -173,6 +175,13 @@ func (f *fakeSession) serve(c net.Conn) {
 		if held != nil {
 			out = append(out, held...) // the held answer comes after a later one
 			held = nil
+		}
+		if f.reverse {
+			batch = append(out, batch...)
+			if r.Buffered() > 0 {
+				continue
+			}
+			out, batch = batch, nil
 		}
 		if _, err := c.Write(out); err != nil {
 			return
@@ -259,8 +268,17 @@ func waitPending(t *testing.T, s *session, n int) {
 }
 
 func TestSessionSharedByManyGoroutines(t *testing.T) {
+	for _, reverse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reverse=%v", reverse), func(t *testing.T) { testSessionShared(t, reverse) })
+	}
+}
+
+// testSessionShared runs many goroutines on one session; with reverse the
+// server answers every batch of requests that arrived together last first,
+// so that answers come out of order and the reading passes between callers.
+func testSessionShared(t *testing.T, reverse bool) {
 	l := listenTest(t)
-	f := &fakeSession{t: t}
+	f := &fakeSession{t: t, reverse: reverse}
 	serveWG(t, l, f.serve)
 	ctx := context.Background()
 	s, err := openSession(ctx, l.Addr().String(), "", 0)

@@ -281,7 +281,8 @@ func (r *report) markdown(chart string) string {
 	p("Each client locks the key, holds it for %v (nanosleep(2) with 1 ns timer slack, then a busy wait that yields for its last 20 µs: a Go timer's sleep lasts a millisecond here; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
 	p("Handover: from the holder starting to send its release to the next holder's grant arriving. ")
 	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares; median of the rounds). ")
-	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds.\n\n")
+	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds. ")
+	p("A client starts waiting when its request is sent (v1: once connected); a request that the server reads late, behind one sent after it (the machine's scheduling between the send and the server's read), counts as an overtake too.\n\n")
 	p("| system | acquisitions/s | handover p50 µs | handover p99 µs | Jain | FIFO overtakes | acquisitions | hold p50 µs |\n")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range r.systems {
@@ -358,6 +359,7 @@ func (r *report) markdown(chart string) string {
 	p("- Every run: clients connected first (not timed), %v of warm-up not counted, then %v counted; %d rounds. ", r.cfg.timing.warmup, r.cfg.timing.duration, r.cfg.rounds)
 	p("Each round runs every workload on every system once, starting one system further along each round. ")
 	p("Rates are the median of the rounds; percentiles are over every sample of every round.\n")
+	p("- Locking-Center is driven by bench-compare's own v1 and session drivers, written from `docs/protocol.md` (bench/compare/README.md says how they read and write); the peers by go-redis, etcd's clientv3 and pgx.\n")
 	p("- The benchmark's clients run in one Go process (GOMAXPROCS %d) on the same machine as the servers, and share its cores with them.\n", runtime.GOMAXPROCS(0))
 	p("- Every server is a process of its own, started on free 127.0.0.1 ports with its data in a temporary folder, and stopped by PID at the end. ")
 	p("Locking-Center is built from this repository with `go build .` and runs with `WEB_ADDRESS=off`; Redis with `--save '' --appendonly no`; ")

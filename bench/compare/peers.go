@@ -202,11 +202,9 @@ func (c *etcdClient) Close() error {
 	if !c.own {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, revokeErr := c.cli.Revoke(ctx, c.sess.Lease())
-	c.sess.Orphan() // its lease is revoked; stop the keep-alive
-	return errors.Join(revokeErr, c.cli.Close())
+	// Close stops the keep-alive and revokes the lease (within the
+	// session's TTL of 60 s at most; the server answers at once).
+	return errors.Join(c.sess.Close(), c.cli.Close())
 }
 
 // pgClient locks with PostgreSQL's session-level advisory locks on one

@@ -15,8 +15,7 @@ func sampleReport() *report {
 	var systems []*system
 	for _, n := range systemNames {
 		s := &system{name: n, what: "made up", floor: strings.HasPrefix(n, "floor"),
-			durable: strings.HasSuffix(n, "-wal") || n == "etcd", session: strings.HasPrefix(n, "lc-session")}
-		s.shared = s.session || n == "etcd"
+			durable: strings.HasSuffix(n, "-wal") || n == "etcd", shared: strings.HasPrefix(n, "lc-session") || n == "etcd"}
 		systems = append(systems, s)
 	}
 	results := make(map[cell][]runResult)

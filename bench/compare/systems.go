@@ -32,9 +32,7 @@ type system struct {
 	what    string // one line for the README
 	floor   bool   // a floor: "Lock" and "Unlock" are one bare exchange each
 	durable bool   // its grants survive a crash of the server
-	session bool   // a Locking-Center session
 	shared  bool   // many lockers can share one client: workload M applies
-	addr    string
 	connect func(ctx context.Context, id int) (client, error)
 }
 
@@ -143,14 +141,14 @@ func (s *servers) startEcho(ctx context.Context) error {
 		return err
 	}
 	s.systems["floor-connect"] = &system{
-		name: "floor-connect", floor: true, addr: connectAddr,
+		name: "floor-connect", floor: true,
 		what: "connect, 1-byte exchange, server closes: the floor of one request per connection",
 		connect: func(context.Context, int) (client, error) {
 			return &connectFloor{addr: connectAddr}, nil
 		},
 	}
 	s.systems["floor-persistent"] = &system{
-		name: "floor-persistent", floor: true, addr: persistentAddr,
+		name: "floor-persistent", floor: true,
 		what: "1-byte ping-pong on one persistent connection: the floor of any request/answer protocol",
 		connect: func(ctx context.Context, _ int) (client, error) {
 			return dialPersistentFloor(ctx, persistentAddr)
@@ -206,7 +204,7 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 			suffix, durable, where = "-wal", true, "with DATA_PATH (every grant and release fsynced, group commit)"
 		}
 		s.systems["lc-v1"+suffix] = &system{
-			name: "lc-v1" + suffix, durable: durable, addr: addr,
+			name: "lc-v1" + suffix, durable: durable,
 			what: "Locking-Center v1, one TCP connection per request, " + where,
 			connect: func(_ context.Context, id int) (client, error) {
 				return &v1Client{addr: addr, source: "bench-" + strconv.Itoa(id)}, nil
@@ -223,7 +221,7 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 			continue
 		}
 		s.systems["lc-session"+suffix] = &system{
-			name: "lc-session" + suffix, durable: durable, session: true, shared: true, addr: addr,
+			name: "lc-session" + suffix, durable: durable, shared: true,
 			what: "Locking-Center session (action 16), one persistent connection per client, " + where,
 			connect: func(ctx context.Context, id int) (client, error) {
 				sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
@@ -267,7 +265,7 @@ func (s *servers) startRedis(ctx context.Context, retry time.Duration) error {
 		return err
 	}
 	s.systems["redis"] = &system{
-		name: "redis", addr: addr,
+		name: "redis",
 		what: fmt.Sprintf("Redis SET key value NX PX 30000, retry after a random 0–%v sleep (redsync's way), Lua compare-and-delete release; no persistence (--save '' --appendonly no)", retry),
 		connect: func(_ context.Context, id int) (client, error) {
 			return newRedisClient(addr, id, retry), nil
@@ -313,7 +311,7 @@ func (s *servers) startEtcd(ctx context.Context) error {
 		return err
 	}
 	s.systems["etcd"] = &system{
-		name: "etcd", durable: true, shared: true, addr: endpoint,
+		name: "etcd", durable: true, shared: true,
 		what: "etcd concurrency.Mutex, one client and one session (lease) per locker; single member, data on disk",
 		connect: func(ctx context.Context, _ int) (client, error) {
 			return newEtcdClient(ctx, endpoint)
@@ -371,7 +369,7 @@ func (s *servers) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.systems["postgres"] = &system{
-		name: "postgres", addr: "127.0.0.1:" + strconv.Itoa(port),
+		name: "postgres",
 		what: "PostgreSQL pg_advisory_lock / pg_advisory_unlock on one persistent connection per locker (pgx); fsync settings at their defaults",
 		connect: func(ctx context.Context, _ int) (client, error) {
 			return newPgClient(ctx, dsn)

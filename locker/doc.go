@@ -12,8 +12,9 @@
 // touches are locked (several at once in key order, so two multi-key
 // changes never deadlock), the journal is handed one batch of changes — the
 // releases and the grants to the next waiters together — and only once the
-// journal has made it durable is the table changed and anyone told. A
-// refused batch changes nothing. That makes the table a function of its
+// journal has made it durable is the table changed; waiters are told
+// (their callbacks run) only after every lock is let go, so a callback may
+// write to a socket or call the table. A refused batch changes nothing. That makes the table a function of its
 // journal, the shape a replicated state machine needs.
 //
 // Guarantees:

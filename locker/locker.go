@@ -284,6 +284,28 @@ func (s *shard) drop(e *entry, n int) {
 // Pending is a queued Lock. Its Cancel withdraws it.
 type Pending struct{ w *waiter }
 
+// notice is an outcome to tell a waiter once the entry mutexes are
+// released: waiters' callbacks never run under the table's locks.
+type notice struct {
+	done  func(token uint64, err error)
+	token uint64
+	err   error
+}
+
+// notices are outcomes decided under locks, told after them in order.
+type notices []notice
+
+func (ns *notices) add(w *waiter, token uint64, err error) {
+	*ns = append(*ns, notice{done: w.done, token: token, err: err})
+}
+
+// send tells every outcome, in the order they were decided.
+func (ns notices) send() {
+	for _, n := range ns {
+		n.done(n.token, n.err)
+	}
+}
+
 // Cancel withdraws the waiter and reports true, after giving its done
 // ErrCanceled; it reports false when the lock was already decided (granted,
 // refused or withdrawn): its done has then been called or is being called.
@@ -300,9 +322,9 @@ func (p *Pending) Cancel() bool {
 	}
 	t := w.tbl
 	t.dequeue(w)
-	w.done(0, ErrCanceled)
 	e.mu.Unlock()
 	t.unref(e, 1)
+	w.done(0, ErrCanceled)
 	return true
 }
 
@@ -344,9 +366,11 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) (uint64, error) 
 
 // LockFunc queues a Lock of key and calls done exactly once with the
 // outcome: the grant's token, or why there is none. done may run before
-// LockFunc returns (the key was free) or later, from whichever goroutine
-// grants or withdraws it, always with the key's mutex held: it must be fast
-// and must not call the Table. The returned Pending withdraws the waiter.
+// LockFunc returns (the key was free) or later, in whichever goroutine
+// grants or withdraws it (a release, a reset, a Cancel, an expiry), after
+// that goroutine has let go of the table's locks; it should be quick, since
+// that goroutine has more to tell. The returned Pending withdraws the
+// waiter.
 func (t *Table) LockFunc(key string, h Holder, done func(token uint64, err error)) (*Pending, error) {
 	return t.lock(key, h, nil, nil, done)
 }
@@ -490,7 +514,7 @@ type handover struct {
 // waiter that can still take it, appending both changes to batch. Waiters
 // of sessions that have ended are refused on the way. e.mu must be held and
 // the key held.
-func (t *Table) planRelease(e *entry, batch []Change) (handover, []Change, int) {
+func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []Change, int) {
 	hv := handover{e: e, old: e.hold}
 	batch = append(batch, Change{Key: e.key, Token: e.hold.token})
 	refused := 0
@@ -499,7 +523,7 @@ func (t *Table) planRelease(e *entry, batch []Change) (handover, []Change, int) 
 			// Its session ended or moved to another connection while
 			// this release was on its way: it never gets the key.
 			t.dequeue(w)
-			w.done(0, w.sess.refusal(w.link))
+			ns.add(w, 0, w.sess.refusal(w.link))
 			refused++
 			continue
 		}
@@ -513,8 +537,9 @@ func (t *Table) planRelease(e *entry, batch []Change) (handover, []Change, int) 
 }
 
 // apply carries out a recorded handover. e.mu must be held. It returns the
-// references to drop once the mutex is released.
-func (t *Table) apply(hv handover) int {
+// references to drop once the mutex is released; the new holder is told
+// through ns.
+func (t *Table) apply(hv handover, ns *notices) int {
 	e := hv.e
 	old := hv.old
 	e.hold = nil
@@ -532,7 +557,7 @@ func (t *Table) apply(hv handover) int {
 		w.sess.finish(e.key, hv.g.token, true)
 	}
 	t.hold(e, hv.g, w.since)
-	w.done(hv.g.token, nil)
+	ns.add(w, hv.g.token, nil)
 	return 1 // the waiter's reference is now the new holder's
 }
 
@@ -551,16 +576,19 @@ func (t *Table) releaseOne(e *entry, what string, match func(*grant) bool) (uint
 		e.mu.Unlock()
 		return 0, ErrNotHeld
 	}
-	hv, batch, refused := t.planRelease(e, nil)
+	var ns notices
+	hv, batch, refused := t.planRelease(e, nil, &ns)
 	if err := t.journal.Commit(batch); err != nil {
 		hv.abandon()
 		e.mu.Unlock()
 		t.unref(e, refused)
+		ns.send()
 		return 0, fmt.Errorf("%w: %s %q: %w", ErrJournal, what, e.key, err)
 	}
-	drop := t.apply(hv) + refused
+	drop := t.apply(hv, &ns) + refused
 	e.mu.Unlock()
 	t.unref(e, drop)
+	ns.send()
 	return hv.old.token, nil
 }
 
@@ -609,9 +637,13 @@ func (t *Table) ResetByKey(key string) (ResetResult, error) {
 		return res, nil
 	}
 	drop := 1
-	defer func() { t.unref(e, drop) }()
+	var ns notices
+	defer func() {
+		t.unref(e, drop)
+		ns.send()
+	}()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.mu.Unlock() // runs first: nobody is told under the lock
 	if e.hold == nil {
 		return res, nil
 	}
@@ -620,11 +652,11 @@ func (t *Table) ResetByKey(key string) (ResetResult, error) {
 	}
 	for w := e.head; w != nil; w = e.head {
 		t.dequeue(w)
-		w.done(0, ErrReset)
+		ns.add(w, 0, ErrReset)
 		res.Refused++
 	}
 	drop += res.Refused
-	drop += t.apply(handover{e: e, old: e.hold})
+	drop += t.apply(handover{e: e, old: e.hold}, &ns)
 	res.Released = 1
 	return res, nil
 }
@@ -647,20 +679,22 @@ func (t *Table) ResetBySource(source string) (ResetResult, error) {
 			keys = append(keys, e.key)
 		}
 	})
+	var ns notices
 	err := t.releaseMany(keys, func(e *entry) (bool, int) {
 		refused := 0
 		for w := e.head; w != nil; {
 			next := w.next
 			if w.h.Source == source {
 				t.dequeue(w)
-				w.done(0, ErrSourceReset)
+				ns.add(w, 0, ErrSourceReset)
 				refused++
 			}
 			w = next
 		}
 		res.Refused += refused
 		return e.hold != nil && e.hold.h.Source == source, refused
-	}, &res)
+	}, &res, &ns)
+	ns.send()
 	if err != nil {
 		return res, fmt.Errorf("%w: reset source %q: %w", ErrJournal, source, err)
 	}
@@ -671,8 +705,9 @@ func (t *Table) ResetBySource(source string) (ResetResult, error) {
 // release each one's grant (pick may refuse waiters first, and says how
 // many references that freed), records every release and handover as one
 // batch, and applies them. res.Released counts the releases. A refused
-// batch changes no grant; the waiters pick refused stay refused.
-func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, freed int), res *ResetResult) error {
+// batch changes no grant; the waiters pick refused stay refused. The
+// outcomes go to ns, for the caller to send once it holds no lock.
+func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, freed int), res *ResetResult, ns *notices) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -698,7 +733,7 @@ func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, free
 		if !release {
 			continue
 		}
-		hv, b, refused := t.planRelease(e, batch)
+		hv, b, refused := t.planRelease(e, batch, ns)
 		batch = b
 		drops[i] += refused
 		plans = append(plans, hv)
@@ -710,7 +745,7 @@ func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, free
 	}
 	if err == nil {
 		for j, hv := range plans {
-			drops[at[j]] += t.apply(hv)
+			drops[at[j]] += t.apply(hv, ns)
 		}
 		res.Released += len(plans)
 	} else {

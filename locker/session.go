@@ -205,12 +205,12 @@ func (t *Table) withdraw(ws []*waiter, err error) int {
 		ok := w.queued
 		if ok {
 			t.dequeue(w)
-			w.done(0, err)
 			n++
 		}
 		e.mu.Unlock()
 		if ok {
 			t.unref(e, 1)
+			w.done(0, err)
 		}
 	}
 	return n
@@ -230,8 +230,8 @@ func (l *Link) holder() Holder {
 }
 
 // Lock queues a Lock of key for the session, as Table.LockFunc: done is
-// called exactly once, possibly before Lock returns, with the key's mutex
-// held. It fails at once with ErrSessionEnded or ErrDetached when the
+// called exactly once, possibly before Lock returns, without the table's
+// locks. It fails at once with ErrSessionEnded or ErrDetached when the
 // session cannot take keys through l.
 func (l *Link) Lock(key string, done func(token uint64, err error)) (*Pending, error) {
 	return l.s.t.lock(key, l.holder(), l.s, l, done)
@@ -327,9 +327,11 @@ func (t *Table) end(s *session, closeConn bool) (ResetResult, error) {
 	t.sessions.remove(s)
 
 	res.Refused = t.withdraw(ws, ErrSessionEnded)
+	var ns notices
 	err := t.releaseMany(keys, func(e *entry) (bool, int) {
 		return e.hold != nil && e.hold.sess == s, 0
-	}, &res)
+	}, &res, &ns)
+	ns.send()
 	if closeConn && link != nil && link.closer != nil {
 		link.closer()
 	}

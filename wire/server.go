@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,15 @@ type Server struct {
 	// MaxConnections bounds concurrent connections, waiters included
 	// (default 10000). Connections over it are answered '-' and closed.
 	MaxConnections int
-	// Logger receives one line per rejected request (default slog.Default).
+	// MaxConnectionsPerPeer bounds the concurrent connections from one IP
+	// address (0: no bound of its own, only MaxConnections), so that one
+	// peer holding stalled sockets cannot take every connection. Past it a
+	// connection is refused as at MaxConnections. Every client behind one
+	// NAT or proxy address shares it.
+	MaxConnectionsPerPeer int
+	// Logger receives one line per rejected request (default
+	// slog.Default); refused connections are logged at most once a second,
+	// each line with the count of the refusals it stands for.
 	Logger *slog.Logger
 	// Observer is told of every request (optional).
 	Observer Observer
@@ -78,6 +87,13 @@ type Server struct {
 	// under mu, never adds a connection Shutdown will not close; every
 	// request reads it without the lock before answering.
 	closing atomic.Bool
+
+	// peerMu guards byPeer: the connections being served per IP address
+	// (kept only with MaxConnectionsPerPeer > 0).
+	peerMu sync.Mutex
+	byPeer map[netip.Addr]int
+	// refusedLog paces the refusal lines.
+	refusedLog logLimiter
 
 	mu        sync.Mutex // guards the fields below, which Shutdown walks
 	listeners map[net.Listener]struct{}
@@ -103,6 +119,8 @@ func (s *Server) init() {
 			s.SessionTTL = 10 * time.Second
 		}
 		s.ctx, s.stop = context.WithCancel(context.Background())
+		s.byPeer = make(map[netip.Addr]int)
+		s.refusedLog.interval = time.Second
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 	})
@@ -152,15 +170,22 @@ func (s *Server) Serve(l net.Listener) error {
 		backoff = 0
 		if s.active.Add(1) > int64(s.MaxConnections) {
 			s.active.Add(-1)
-			s.reject(c)
+			s.reject(c, "at the connection limit", s.MaxConnections)
+			continue
+		}
+		peer, ok := s.admitPeer(c)
+		if !ok {
+			s.active.Add(-1)
+			s.reject(c, "at the per-address connection limit", s.MaxConnectionsPerPeer)
 			continue
 		}
 		if !s.track(c) {
 			s.active.Add(-1)
+			s.releasePeer(peer)
 			c.Close()
 			return ErrServerClosed
 		}
-		go s.handle(c)
+		go s.handle(c, peer)
 	}
 }
 
@@ -182,12 +207,83 @@ func (s *Server) untrack(c net.Conn) {
 	s.handlers.Done()
 }
 
-// reject answers '-' to a connection over the limit. It reads the frame
+// admitPeer counts c against its address's bound and reports whether it
+// is within it; the address returned is given back by releasePeer. With
+// no per-peer bound nothing is counted (the zero address).
+func (s *Server) admitPeer(c net.Conn) (netip.Addr, bool) {
+	if s.MaxConnectionsPerPeer <= 0 {
+		return netip.Addr{}, true
+	}
+	peer := peerAddr(c.RemoteAddr())
+	s.peerMu.Lock()
+	defer s.peerMu.Unlock()
+	if s.byPeer[peer] >= s.MaxConnectionsPerPeer {
+		return peer, false
+	}
+	s.byPeer[peer]++
+	return peer, true
+}
+
+// releasePeer gives back a connection counted by admitPeer.
+func (s *Server) releasePeer(peer netip.Addr) {
+	if s.MaxConnectionsPerPeer <= 0 {
+		return
+	}
+	s.peerMu.Lock()
+	defer s.peerMu.Unlock()
+	if s.byPeer[peer]--; s.byPeer[peer] <= 0 {
+		delete(s.byPeer, peer) // the map holds only the addresses connected now
+	}
+}
+
+// peerAddr is a connection's IP address, an IPv4 address in IPv6 form
+// unmapped so that both forms count as one peer.
+func peerAddr(a net.Addr) netip.Addr {
+	if t, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(t.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{} // not an IP peer: all such share one count
+	}
+	return ap.Addr().Unmap()
+}
+
+// logLimiter lets one line through per interval and counts the ones it
+// held back, so that a flood of refusals costs a line a second, not a
+// line each.
+type logLimiter struct {
+	interval time.Duration
+	mu       sync.Mutex // guards last and held
+	last     time.Time
+	held     int
+}
+
+// allow reports whether a line may be written now and, if so, how many
+// were held back since the last one.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
+		l.held++
+		return false, 0
+	}
+	held := l.held
+	l.last, l.held = now, 0
+	return true, held
+}
+
+// reject answers '-' to a connection over a limit. It reads the frame
 // first (briefly) so that closing does not reset the connection under the
 // client's feet before it reads the answer.
-func (s *Server) reject(c net.Conn) {
+func (s *Server) reject(c net.Conn, reason string, limit int) {
 	s.Observer.ConnectionRejected()
-	s.Logger.Warn("connection refused: at the connection limit", "peer", c.RemoteAddr().String(), "limit", s.MaxConnections)
+	if ok, held := s.refusedLog.allow(time.Now()); ok {
+		s.Logger.Warn("connection refused: "+reason, "peer", c.RemoteAddr().String(), "limit", limit,
+			"held_back", held)
+	}
 	if s.rejecting.Add(1) > maxRejecting {
 		s.rejecting.Add(-1)
 		c.Close()
@@ -239,8 +335,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (s *Server) handle(c net.Conn) {
+func (s *Server) handle(c net.Conn, peer netip.Addr) {
 	defer s.active.Add(-1)
+	defer s.releasePeer(peer)
 	defer s.untrack(c)
 	defer c.Close()
 

@@ -641,3 +641,74 @@ func TestManyLocksOneSession(t *testing.T) {
 		delete(held, key) // released by the Unlock just sent
 	}
 }
+
+// stallingListener's connections cut short every write given less than a
+// second (a releaser's handoff), as a peer that does not read would:
+// half is written, then the deadline passes.
+type stallingListener struct {
+	net.Listener
+	stalls *atomic.Int32
+}
+
+func (l stallingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallingConn{Conn: c, stalls: l.stalls}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	deadline atomic.Int64
+	stalls   *atomic.Int32
+}
+
+func (c *stallingConn) SetWriteDeadline(t time.Time) error {
+	c.deadline.Store(t.UnixNano())
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallingConn) Write(b []byte) (int, error) {
+	if time.Until(time.Unix(0, c.deadline.Load())) < time.Second && len(b) > 1 {
+		c.stalls.Add(1)
+		n, _ := c.Conn.Write(b[:len(b)/2])
+		return n, os.ErrDeadlineExceeded
+	}
+	return c.Conn.Write(b)
+}
+
+// TestHandoverToASlowReader: a grant handed over by another connection's
+// release is written with little patience; what does not fit is left to
+// the waiter's own writer, byte-exact, and the releaser is answered at
+// once.
+func TestHandoverToASlowReader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stalls atomic.Int32
+	ts := startServerOn(t, stallingListener{ln, &stalls}, nil)
+	a, _ := ts.openSession(t, Open{})
+	b, _ := ts.openSession(t, Open{})
+	tok := a.ask(Lock, 0, "k").Token
+	b.send(Lock, 9, 0, "k")
+	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
+	start := time.Now()
+	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerOK {
+		t.Fatalf("Unlock = %+v", ans)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("the releaser waited %v on the slow reader", took)
+	}
+	got, ok := b.next()
+	if !ok || got.ID != 9 || got.Status != AnswerOK || got.Token <= tok {
+		t.Fatalf("b's grant = %+v, %v", got, ok)
+	}
+	if ans := b.ask(Ping, 0, ""); ans.Status != AnswerOK {
+		t.Fatalf("b after the requeued grant: %+v", ans)
+	}
+	if stalls.Load() == 0 {
+		t.Fatal("no handoff write was cut short: the test did not test the requeue")
+	}
+}

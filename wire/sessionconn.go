@@ -212,7 +212,7 @@ func (sc *sessionConn) serve() {
 	for {
 		if sc.rd.Buffered() == 0 {
 			// About to wait for the peer: send what is queued first.
-			sc.flush()
+			sc.flush(sc.s.RequestTimeout)
 			if deadline {
 				_ = sc.c.SetReadDeadline(time.Time{}) // idle is bounded by the TTL
 				deadline = false
@@ -303,7 +303,7 @@ func (sc *sessionConn) dispatch(req Request) bool {
 	// reader, so that one request never holds up the others' answers.
 	sc.requests.Go(func() {
 		sc.carryOut(req, pr)
-		sc.flush()
+		sc.flush(sc.s.RequestTimeout)
 	})
 	return true
 }
@@ -366,7 +366,11 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 	}
 }
 
-// lockDone is a session Lock's callback, run with the key's mutex held.
+// lockDone is a session Lock's callback, run without the table's locks by
+// whichever goroutine decided it: the reader (the key was free), another
+// connection's reader (a release handed the key over), the reaper or the
+// web (an end). The answer is written at once rather than handed to the
+// writer goroutine: one wake-up less on every handover.
 func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err error) {
 	s := sc.s
 	switch {
@@ -396,7 +400,7 @@ func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err err
 	sc.queue(id, status, token, g)
 	sc.mu.Unlock()
 	if !inline {
-		sc.wake()
+		sc.flush(handoffPatience)
 	}
 }
 
@@ -464,7 +468,7 @@ func (sc *sessionConn) closeSession(id uint32) {
 	sc.mu.Lock()
 	sc.closing = true
 	sc.mu.Unlock()
-	sc.flush()
+	sc.flush(sc.s.RequestTimeout)
 }
 
 // answer queues an answer and writes it when the reader is about to wait.
@@ -522,17 +526,27 @@ func (sc *sessionConn) writeLoop() {
 	for {
 		select {
 		case <-sc.kick:
-			sc.flush()
+			sc.flush(sc.s.RequestTimeout)
 		case <-sc.finished:
 			return
 		}
 	}
 }
 
+// handoffPatience is how long a goroutine writes answers to a connection
+// that is not its own (a grant handed over by a release on another
+// connection) before it leaves the rest to that connection's writer: a
+// peer that does not read must not stall the releaser.
+const handoffPatience = time.Millisecond
+
 // flush writes everything queued, unless another goroutine is writing (it
-// then writes what was queued meanwhile too). A failed write kills the
-// connection; the grants whose answers did not leave are handed on.
-func (sc *sessionConn) flush() {
+// then writes what was queued meanwhile too). patience bounds each write:
+// the connection's own goroutines wait up to RequestTimeout (a peer too
+// slow for that is dropped); others pass handoffPatience, and what is left
+// goes back to the front of the queue for the writer goroutine. A failed
+// write kills the connection; the grants whose answers did not leave are
+// handed on.
+func (sc *sessionConn) flush(patience time.Duration) {
 	sc.mu.Lock()
 	if sc.writing || sc.dead {
 		sc.mu.Unlock()
@@ -540,13 +554,19 @@ func (sc *sessionConn) flush() {
 	}
 	sc.writing = true
 	var lost []grantRef
+	handOff := false
 	for len(sc.out) > 0 && !sc.dead {
 		buf, grants := sc.out, sc.grants
 		sc.out, sc.grants = sc.spare[:0], nil
 		sc.mu.Unlock()
-		_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.RequestTimeout))
+		_ = sc.c.SetWriteDeadline(time.Now().Add(patience))
 		n, err := sc.c.Write(buf)
 		sc.mu.Lock()
+		if err != nil && patience < sc.s.RequestTimeout && isTimeout(err) {
+			sc.requeue(buf, grants, n)
+			handOff = true
+			break
+		}
 		sc.spare = buf
 		if err != nil {
 			// Bytes up to n reached the kernel and may reach the peer: those
@@ -561,12 +581,35 @@ func (sc *sessionConn) flush() {
 		}
 	}
 	sc.writing = false
-	closeNow := sc.closing && !sc.dead
-	if closeNow {
+	if sc.closing && !sc.dead && !handOff {
 		sc.die()
 	}
 	sc.mu.Unlock()
 	sc.handBack(lost)
+	if handOff {
+		sc.wake()
+	}
+}
+
+// requeue puts the unwritten part of buf (from n on) back in front of
+// what was queued meanwhile, offsets of its grants included. sc.mu must be
+// held.
+func (sc *sessionConn) requeue(buf []byte, grants []grantRef, n int) {
+	rest := len(buf) - n
+	out := make([]byte, 0, rest+len(sc.out))
+	out = append(append(out, buf[n:]...), sc.out...)
+	var gs []grantRef
+	for _, g := range grants {
+		if g.end > n {
+			g.end -= n
+			gs = append(gs, g)
+		}
+	}
+	for _, g := range sc.grants {
+		g.end += rest
+		gs = append(gs, g)
+	}
+	sc.out, sc.grants = out, gs
 }
 
 // die marks the connection dead and closes it; what is still queued will

@@ -1,24 +1,34 @@
 //! Client for [Locking-Center], a small distributed lock server.
 //!
-//! One request per TCP connection, on `std::net` only: connect, write one
-//! frame, read one answer byte, close. No dependencies.
+//! Two ways to take a lock:
+//!
+//! - A [`Session`] (recommended): one connection shared by every thread and
+//!   task, holds that end with their holder (a crashed program's keys are
+//!   released one TTL later), a fencing token with every grant, blocking
+//!   and async methods, automatic Ping and resume, and a signal when the
+//!   session is lost ([`Session::lost`]).
+//! - A [`Client`]: the v1 protocol, one request per TCP connection. Its
+//!   holds have no owner: a key stays held until it is unlocked or reset,
+//!   even after the program dies.
 //!
 //! ```no_run
+//! use locking_center::{Error, Session};
 //! use std::time::Duration;
-//! use locking_center::{Client, Error};
 //!
-//! let client = Client::new("127.0.0.1:22119").with_source("billing-worker");
-//! let guard = client.lock_guard("invoices/2026-11")?;   // waits its turn (FIFO)
-//! // ... critical section ...
-//! guard.unlock()?;                                       // explicit release
-//!
-//! match client.lock_timeout("reports", Duration::from_secs(2)) {
-//!     Ok(()) => client.unlock("reports")?,
-//!     Err(Error::Timeout) => eprintln!("busy, try later"),
-//!     Err(e) => return Err(e),
-//! }
+//! let session = Session::builder("localhost:22119")
+//!     .ttl(Duration::from_secs(10))
+//!     .source("billing-worker")
+//!     .open()?;
+//! let guard = session.lock("invoices/2026-11")?; // waits its turn (FIFO)
+//! println!("holding {} with token {}", guard.key(), guard.token());
+//! guard.unlock()?; // or let it drop: the key is released either way
+//! session.close()?;
 //! # Ok::<(), Error>(())
 //! ```
+//!
+//! The default answer timeout of every request that does not wait in a
+//! queue (TryLock, Unlock, the resets, Close) is 30 s; a Lock waits as long
+//! as its own timeout or cancellation says.
 //!
 //! [Locking-Center]: https://github.com/locking-center/locking-center
 
@@ -28,10 +38,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod error;
+mod session;
 pub mod wire;
 
-pub use error::Error;
+pub use error::{Error, LostReason};
+pub use session::{Lost, Session, SessionBuilder, SessionGuard};
 pub use wire::Action;
+
+/// The answer timeout of requests that never wait in a queue (TryLock,
+/// Unlock, the resets, Close), the same in every Locking-Center client.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `address` with the default port added when it names none.
+pub(crate) fn add_default_port(address: String) -> String {
+    if has_port(&address) {
+        address
+    } else {
+        format!("{address}:{DEFAULT_PORT}")
+    }
+}
 
 /// The server's default TCP port, used when the address names none.
 pub const DEFAULT_PORT: u16 = 22119;
@@ -45,10 +70,12 @@ const HANG_UP_GRACE: Duration = Duration::from_secs(2);
 /// notice a server that does not close after the hang-up.
 const CANCEL_POLL: Duration = Duration::from_millis(500);
 
-/// A Locking-Center client: an address and a source given once.
+/// A v1 Locking-Center client: an address and a source given once.
 ///
 /// Cheap to clone; every call opens its own connection, so one `Client` may
-/// be shared between threads.
+/// be shared between threads. Its holds have no owner: a key stays held
+/// until someone unlocks or resets it, also after this program dies. Use a
+/// [`Session`] for holds that end with their holder.
 #[derive(Debug, Clone)]
 pub struct Client {
     address: String,
@@ -63,15 +90,11 @@ impl Client {
     /// address), a 5 s connect timeout and a 30 s answer timeout for calls
     /// that do not wait in a queue.
     pub fn new(address: impl Into<String>) -> Client {
-        let mut address = address.into();
-        if !has_port(&address) {
-            address = format!("{address}:{DEFAULT_PORT}");
-        }
         Client {
-            address,
+            address: add_default_port(address.into()),
             source: String::new(),
             connect_timeout: Duration::from_secs(5),
-            request_timeout: Some(Duration::from_secs(30)),
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         }
     }
 
@@ -105,43 +128,50 @@ impl Client {
         &self.source
     }
 
-    /// Waits (FIFO) until `key` is granted, without a time limit.
+    /// Waits (FIFO) until `key` is granted, without a time limit, and
+    /// returns the guard that holds it.
     ///
     /// Errors: [`Error::Reset`] if the key or this source is reset while
     /// waiting; [`Error::Invalid`], [`Error::Unreachable`].
-    pub fn lock(&self, key: &str) -> Result<(), Error> {
+    pub fn lock(&self, key: &str) -> Result<LockGuard, Error> {
         self.lock_with(key, &WaitOptions::new())
     }
 
     /// Like [`Client::lock`], giving up with [`Error::Timeout`] after
     /// `timeout`; the connection is closed so the server withdraws the
     /// waiter.
-    pub fn lock_timeout(&self, key: &str, timeout: Duration) -> Result<(), Error> {
+    pub fn lock_timeout(&self, key: &str, timeout: Duration) -> Result<LockGuard, Error> {
         self.lock_with(key, &WaitOptions::new().timeout(timeout))
     }
 
     /// Like [`Client::lock`] with a timeout and/or a [`CancelToken`].
     ///
     /// If the grant crosses the timeout or the cancellation on the wire,
-    /// the call returns `Ok(())`: the key is held and must be unlocked.
-    pub fn lock_with(&self, key: &str, options: &WaitOptions) -> Result<(), Error> {
-        self.call(Action::Lock, key, &self.source, Some(options))
-            .map(|_| ())
+    /// the call returns the guard: the key is held.
+    pub fn lock_with(&self, key: &str, options: &WaitOptions) -> Result<LockGuard, Error> {
+        self.call(Action::Lock, key, &self.source, Some(options))?;
+        Ok(LockGuard::new(self.clone(), key))
     }
 
-    /// Takes `key` only if it is free right now: `Ok(true)` if it is now
-    /// held by this client, `Ok(false)` if someone holds it.
+    /// Takes `key` only if it is free right now: `Ok(Some(guard))` if it is
+    /// now held by this client, `Ok(None)` if someone holds it.
     ///
     /// Errors: [`Error::Refused`] (answer `-`), [`Error::Invalid`],
     /// [`Error::Unreachable`].
-    pub fn try_lock(&self, key: &str) -> Result<bool, Error> {
-        self.call(Action::TryLock, key, &self.source, None)
+    pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>, Error> {
+        if self.call(Action::TryLock, key, &self.source, None)? {
+            Ok(Some(LockGuard::new(self.clone(), key)))
+        } else {
+            Ok(None)
+        }
     }
 
     /// Releases `key`. Any client may release any key.
     ///
     /// Errors: [`Error::Refused`] if the key was not held;
-    /// [`Error::Invalid`], [`Error::Unreachable`].
+    /// [`Error::Invalid`], [`Error::Unreachable`] (for an Unlock whose frame
+    /// was written, the key may or may not have been released: it is never
+    /// sent again).
     pub fn unlock(&self, key: &str) -> Result<(), Error> {
         self.call(Action::Unlock, key, &self.source, None)
             .map(|_| ())
@@ -160,8 +190,7 @@ impl Client {
 
     /// [`Client::wait`] with a timeout and/or a [`CancelToken`].
     pub fn wait_with(&self, key: &str, options: &WaitOptions) -> Result<(), Error> {
-        self.lock_with(key, options)?;
-        self.unlock(key)
+        self.lock_with(key, options)?.unlock()
     }
 
     /// Drops the holder of `key` and answers `-` ([`Error::Reset`]) to every
@@ -178,49 +207,12 @@ impl Client {
             .map(|_| ())
     }
 
-    /// Locks `key` and returns a guard that holds it. Release it with
-    /// [`LockGuard::unlock`]; dropping a guard that is still held unlocks
-    /// too, but reports that on stderr.
-    pub fn lock_guard(&self, key: &str) -> Result<LockGuard, Error> {
-        self.lock_guard_with(key, &WaitOptions::new())
-    }
-
-    /// [`Client::lock_guard`] with a timeout and/or a [`CancelToken`].
-    pub fn lock_guard_with(&self, key: &str, options: &WaitOptions) -> Result<LockGuard, Error> {
-        self.lock_with(key, options)?;
-        Ok(LockGuard::new(self.clone(), key))
-    }
-
-    /// Try-locks `key` and returns a guard; [`Error::NotWon`] if the key is
-    /// held by someone.
-    pub fn try_lock_guard(&self, key: &str) -> Result<LockGuard, Error> {
-        if self.try_lock(key)? {
-            Ok(LockGuard::new(self.clone(), key))
-        } else {
-            Err(Error::NotWon)
-        }
-    }
-
     /// Runs `f` while holding `key`, then unlocks it whatever `f` returned
     /// (also when it panics). An unlock failure is returned only when the
     /// lock was taken and `f` finished.
     pub fn with_lock<T>(&self, key: &str, f: impl FnOnce() -> T) -> Result<T, Error> {
-        let mut guard = self.lock_guard(key)?;
-        let value = {
-            // Unlock quietly if `f` panics: the guard's Drop would report it
-            // as forgotten, which it is not.
-            struct Quiet<'a>(&'a mut LockGuard);
-            impl Drop for Quiet<'_> {
-                fn drop(&mut self) {
-                    if self.0.held && std::thread::panicking() {
-                        self.0.held = false;
-                        let _ = self.0.client.unlock(&self.0.key);
-                    }
-                }
-            }
-            let _quiet = Quiet(&mut guard);
-            f()
-        };
+        let guard = self.lock(key)?;
+        let value = f();
         guard.unlock()?;
         Ok(value)
     }
@@ -251,7 +243,19 @@ impl Client {
 
         let mut stream = self.connect()?;
         let _registration = match token {
-            Some(t) => Some(t.register(&stream)?),
+            Some(t) => {
+                let clone = stream.try_clone().map_err(Error::Unreachable)?;
+                // The server reads EOF as a hang-up and withdraws the
+                // waiter; the read side stays open to catch a grant already
+                // sent.
+                let reg = t.register(Box::new(move || {
+                    let _ = clone.shutdown(Shutdown::Write);
+                }));
+                if t.is_cancelled() {
+                    return Err(Error::Cancelled);
+                }
+                Some(reg)
+            }
             None => None,
         };
         stream.write_all(&frame).map_err(broken)?;
@@ -370,8 +374,8 @@ fn has_port(address: &str) -> bool {
 /// How long a Lock or Wait may wait, and how it can be cancelled.
 #[derive(Debug, Clone, Default)]
 pub struct WaitOptions {
-    timeout: Option<Duration>,
-    cancel: Option<CancelToken>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) cancel: Option<CancelToken>,
 }
 
 impl WaitOptions {
@@ -397,19 +401,32 @@ impl WaitOptions {
 /// Cancels waiting calls from another thread.
 ///
 /// Pass a clone in [`WaitOptions::cancel_token`]; [`CancelToken::cancel`]
-/// hangs up every connection still waiting under it, so the server
-/// withdraws those waiters and the calls return [`Error::Cancelled`]. A
-/// cancelled token stays cancelled: later calls with it fail at once.
-#[derive(Debug, Clone, Default)]
+/// gives up every call still waiting under it: a v1 Lock hangs up its
+/// connection (the server withdraws the waiter), a session's Lock sends
+/// Cancel. The calls return [`Error::Cancelled`]. A cancelled token stays
+/// cancelled: later calls with it fail at once.
+#[derive(Clone, Default)]
 pub struct CancelToken {
     inner: Arc<Mutex<TokenState>>,
 }
 
-#[derive(Debug, Default)]
+impl std::fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelToken")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+type OnCancel = Box<dyn Fn() + Send>;
+
+#[derive(Default)]
 struct TokenState {
     cancelled_at: Option<Instant>,
     next_id: u64,
-    streams: Vec<(u64, TcpStream)>,
+    /// What to do for each call waiting under the token when it is
+    /// cancelled.
+    waiting: Vec<(u64, OnCancel)>,
 }
 
 impl CancelToken {
@@ -424,10 +441,8 @@ impl CancelToken {
         if state.cancelled_at.is_none() {
             state.cancelled_at = Some(Instant::now());
         }
-        for (_, stream) in &state.streams {
-            // The server reads EOF as a hang-up and withdraws the waiter;
-            // the read side stays open to catch a grant already sent.
-            let _ = stream.shutdown(Shutdown::Write);
+        for (_, on_cancel) in &state.waiting {
+            on_cancel();
         }
     }
 
@@ -444,37 +459,38 @@ impl CancelToken {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn register(&self, stream: &TcpStream) -> Result<Registration<'_>, Error> {
-        let clone = stream.try_clone().map_err(Error::Unreachable)?;
+    /// Runs `on_cancel` when the token is cancelled, until the registration
+    /// is dropped. The caller checks [`CancelToken::is_cancelled`] after
+    /// registering, so a cancel in between is not missed.
+    pub(crate) fn register(&self, on_cancel: OnCancel) -> Registration<'_> {
         let mut state = self.state();
-        if state.cancelled_at.is_some() {
-            return Err(Error::Cancelled);
-        }
         let id = state.next_id;
         state.next_id += 1;
-        state.streams.push((id, clone));
-        Ok(Registration { token: self, id })
+        state.waiting.push((id, on_cancel));
+        Registration { token: self, id }
     }
 }
 
-struct Registration<'a> {
+/// Ends a [`CancelToken::register`] when dropped.
+pub(crate) struct Registration<'a> {
     token: &'a CancelToken,
     id: u64,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.token.state().streams.retain(|(id, _)| *id != self.id);
+        self.token.state().waiting.retain(|(id, _)| *id != self.id);
     }
 }
 
-/// A held key, returned by [`Client::lock_guard`] and
-/// [`Client::try_lock_guard`].
+/// A key held through a v1 [`Client`], returned by [`Client::lock`] and
+/// [`Client::try_lock`].
 ///
-/// Release it with [`LockGuard::unlock`], which reports failures. If a
-/// guard is dropped while still held, Drop unlocks the key and writes a
-/// line to stderr saying so: that usually means an early return or `?`
-/// skipped the unlock.
+/// [`LockGuard::unlock`] releases it and reports the outcome. Dropping the
+/// guard releases it too, quietly (the way out of a scope on an error path
+/// or a panic); only a failed release is reported, on stderr, since Drop
+/// cannot return it. [`LockGuard::detach`] keeps the key held after the
+/// guard is gone (the v1 meaning of a lock: it outlives the program).
 #[derive(Debug)]
 #[must_use = "dropping the guard at once releases the lock"]
 pub struct LockGuard {
@@ -504,6 +520,13 @@ impl LockGuard {
         self.held = false;
         self.client.unlock(&self.key)
     }
+
+    /// Gives the guard up without unlocking: the key stays held until
+    /// someone unlocks or resets it. Returns the key.
+    pub fn detach(mut self) -> String {
+        self.held = false;
+        std::mem::take(&mut self.key)
+    }
 }
 
 impl Drop for LockGuard {
@@ -512,13 +535,11 @@ impl Drop for LockGuard {
             return;
         }
         self.held = false;
-        eprintln!(
-            "locking-center: lock guard for key {:?} dropped while held; unlocking it",
-            self.key
-        );
         if let Err(e) = self.client.unlock(&self.key) {
+            // Drop cannot return the error and the key may still be held:
+            // say so rather than hide it.
             eprintln!(
-                "locking-center: unlock of key {:?} on drop failed: {e}",
+                "locking-center: release of key {:?} when its guard was dropped failed: {e}",
                 self.key
             );
         }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{key_info, unique_key, wait_queue_len};
-use locking_center::{CancelToken, Client, Error, WaitOptions};
+use locking_center::{CancelToken, Client, Error, LockGuard, WaitOptions};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -18,6 +18,12 @@ fn server() -> Option<String> {
             None
         }
     }
+}
+
+/// True when a try-lock took the key; the guard is detached so the test
+/// releases the key itself.
+fn took(r: Result<Option<LockGuard>, Error>) -> bool {
+    r.unwrap().map(LockGuard::detach).is_some()
 }
 
 fn client(addr: &str, source: &str) -> Client {
@@ -39,7 +45,7 @@ fn lock_then_unlock() {
     let Some(addr) = server() else { return };
     let c = client(&addr, "rust-a");
     let key = unique_key("lock-unlock");
-    c.lock(&key).unwrap();
+    c.lock(&key).unwrap().detach();
     c.unlock(&key).unwrap();
     // Not held any more: Unlock is refused.
     let err = c.unlock(&key).unwrap_err();
@@ -47,16 +53,15 @@ fn lock_then_unlock() {
 }
 
 #[test]
-fn try_lock_on_a_held_key_is_false() {
+fn try_lock_on_a_held_key_is_none() {
     let Some(addr) = server() else { return };
     let a = client(&addr, "rust-a");
     let b = client(&addr, "rust-b");
     let key = unique_key("trylock");
-    assert!(a.try_lock(&key).unwrap());
-    assert!(!b.try_lock(&key).unwrap());
-    assert!(matches!(b.try_lock_guard(&key), Err(Error::NotWon)));
-    a.unlock(&key).unwrap();
-    let g = b.try_lock_guard(&key).unwrap();
+    let g = a.try_lock(&key).unwrap().expect("free key taken");
+    assert!(b.try_lock(&key).unwrap().is_none());
+    g.unlock().unwrap();
+    let g = b.try_lock(&key).unwrap().expect("released key taken");
     g.unlock().unwrap();
 }
 
@@ -65,7 +70,7 @@ fn waiters_are_served_in_fifo_order() {
     let Some(addr) = server() else { return };
     let key = unique_key("fifo");
     let holder = client(&addr, "rust-holder");
-    holder.lock(&key).unwrap();
+    holder.lock(&key).unwrap().detach();
 
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
@@ -76,7 +81,9 @@ fn waiters_are_served_in_fifo_order() {
             tx.clone(),
         );
         threads.push(thread::spawn(move || {
-            c.lock_timeout(&k, Duration::from_secs(20)).unwrap();
+            c.lock_timeout(&k, Duration::from_secs(20))
+                .unwrap()
+                .detach();
             tx.send(name).unwrap();
             thread::sleep(Duration::from_millis(20));
             c.unlock(&k).unwrap();
@@ -96,7 +103,7 @@ fn wait_returns_when_the_holder_releases() {
     let Some(addr) = server() else { return };
     let key = unique_key("wait");
     let a = client(&addr, "rust-a");
-    a.lock(&key).unwrap();
+    a.lock(&key).unwrap().detach();
     let (b, k) = (client(&addr, "rust-b"), key.clone());
     let waiter = thread::spawn(move || b.wait_timeout(&k, Duration::from_secs(20)));
     until_queued(&key, 1);
@@ -104,7 +111,7 @@ fn wait_returns_when_the_holder_releases() {
     a.unlock(&key).unwrap();
     waiter.join().unwrap().unwrap();
     // Wait released the key again.
-    assert!(a.try_lock(&key).unwrap());
+    assert!(took(a.try_lock(&key)));
     a.unlock(&key).unwrap();
 }
 
@@ -122,7 +129,7 @@ fn assert_withdrawn(holder: &Client, key: &str) {
     }
     holder.unlock(key).unwrap();
     assert!(
-        holder.try_lock(key).unwrap(),
+        took(holder.try_lock(key)),
         "key was granted to a withdrawn waiter"
     );
     holder.unlock(key).unwrap();
@@ -133,7 +140,7 @@ fn timeout_withdraws_the_waiter() {
     let Some(addr) = server() else { return };
     let key = unique_key("timeout");
     let a = client(&addr, "rust-a");
-    a.lock(&key).unwrap();
+    a.lock(&key).unwrap().detach();
     let err = client(&addr, "rust-b")
         .lock_timeout(&key, Duration::from_millis(300))
         .unwrap_err();
@@ -146,7 +153,7 @@ fn cancellation_withdraws_the_waiter() {
     let Some(addr) = server() else { return };
     let key = unique_key("cancel");
     let a = client(&addr, "rust-a");
-    a.lock(&key).unwrap();
+    a.lock(&key).unwrap().detach();
     let token = CancelToken::new();
     let (b, k, t) = (client(&addr, "rust-b"), key.clone(), token.clone());
     let waiter = thread::spawn(move || b.lock_with(&k, &WaitOptions::new().cancel_token(&t)));
@@ -162,7 +169,7 @@ fn reset_by_key_while_waiting_is_the_reset_error() {
     let Some(addr) = server() else { return };
     let key = unique_key("reset-key");
     let a = client(&addr, "rust-a");
-    a.lock(&key).unwrap();
+    a.lock(&key).unwrap().detach();
     let (b, k) = (client(&addr, "rust-b"), key.clone());
     let waiter = thread::spawn(move || b.lock_timeout(&k, Duration::from_secs(20)));
     until_queued(&key, 1);
@@ -183,15 +190,15 @@ fn reset_by_source_fails_its_waiters_and_frees_its_keys() {
     let source = unique_key("src");
     let a = client(&addr, "rust-a");
     let s = client(&addr, &source);
-    a.lock(&key).unwrap();
-    s.lock(&held).unwrap();
+    a.lock(&key).unwrap().detach();
+    s.lock(&held).unwrap().detach();
     let (s2, k) = (s.clone(), key.clone());
     let waiter = thread::spawn(move || s2.lock_timeout(&k, Duration::from_secs(20)));
     until_queued(&key, 1);
     a.reset_by_source(&source).unwrap();
     let err = waiter.join().unwrap().unwrap_err();
     assert!(matches!(err, Error::Reset), "{err:?}");
-    assert!(a.try_lock(&held).unwrap(), "source's key was not released");
+    assert!(took(a.try_lock(&held)), "source's key was not released");
     a.unlock(&held).unwrap();
     a.unlock(&key).unwrap();
 }
@@ -201,18 +208,18 @@ fn guard_and_closure_forms_release_the_key() {
     let Some(addr) = server() else { return };
     let key = unique_key("guard");
     let c = client(&addr, "rust-a");
-    let g = c.lock_guard(&key).unwrap();
-    assert!(!c.try_lock(&key).unwrap());
+    let g = c.lock(&key).unwrap();
+    assert!(c.try_lock(&key).unwrap().is_none());
     g.unlock().unwrap();
     {
-        let _g = c.lock_guard(&key).unwrap();
-    } // dropped while held: unlocked (with a line on stderr)
+        let _g = c.lock(&key).unwrap();
+    } // dropped while held: released
     let v = c.with_lock(&key, || {
-        assert!(!c.try_lock(&key).unwrap());
+        assert!(c.try_lock(&key).unwrap().is_none());
         42
     });
     assert_eq!(v.unwrap(), 42);
-    assert!(c.try_lock(&key).unwrap());
+    assert!(took(c.try_lock(&key)));
     c.unlock(&key).unwrap();
 }
 
@@ -241,11 +248,11 @@ fn empty_source_is_the_peer_ip() {
     let Some(addr) = server() else { return };
     let key = unique_key("peer-ip");
     let c = client(&addr, "");
-    c.lock(&key).unwrap();
+    c.lock(&key).unwrap().detach();
     match key_info(&key) {
         None => eprintln!("JSON API unavailable: holder source not checked"),
         Some(None) => panic!("JSON API says {key} is not held"),
-        Some(Some(info)) => assert_eq!(info.field("source").str(), "127.0.0.1"),
+        Some(Some(info)) => assert_eq!(info["source"], "127.0.0.1"),
     }
     c.unlock(&key).unwrap();
 }

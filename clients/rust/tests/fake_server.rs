@@ -66,7 +66,11 @@ fn answer(byte: u8) -> impl FnOnce(&mut TcpStream) -> bool + Send + 'static {
 #[test]
 fn sends_the_frame_and_maps_plus() {
     let (addr, rx) = serve_one(answer(b'+'));
-    Client::new(addr).with_source("svc-a").lock("abc").unwrap();
+    Client::new(addr)
+        .with_source("svc-a")
+        .lock("abc")
+        .unwrap()
+        .detach();
     assert_eq!(rx.recv().unwrap().frame, b"\x01\x03abc\x05svc-a");
 }
 
@@ -84,14 +88,9 @@ fn unlock_answered_minus_is_refused() {
 }
 
 #[test]
-fn try_lock_not_won_is_false_and_guard_gives_not_won() {
+fn try_lock_not_won_is_none() {
     let (addr, _rx) = serve_one(answer(b'#'));
-    assert!(!Client::new(addr).try_lock("k").unwrap());
-    let (addr, _rx) = serve_one(answer(b'#'));
-    assert!(matches!(
-        Client::new(addr).try_lock_guard("k"),
-        Err(Error::NotWon)
-    ));
+    assert!(Client::new(addr).try_lock("k").unwrap().is_none());
 }
 
 #[test]
@@ -186,7 +185,8 @@ fn grant_crossing_the_timeout_is_kept() {
     });
     Client::new(addr)
         .lock_timeout("k", Duration::from_millis(100))
-        .unwrap();
+        .unwrap()
+        .detach();
     assert!(
         rx.recv().unwrap().hung_up,
         "the grant did not cross a hang-up"
@@ -215,16 +215,18 @@ fn serve_actions(
 
 #[test]
 fn guard_drop_unlocks_and_explicit_unlock_reports() {
-    let (addr, rx) = serve_actions(4, |action| if action == 2 { b'-' } else { b'+' });
+    let (addr, rx) = serve_actions(5, |action| if action == 2 { b'-' } else { b'+' });
     let c = Client::new(addr);
     {
-        let _g = c.lock_guard("k").unwrap();
-    } // dropped while held: unlocks (answered '-', logged)
-    let g = c.lock_guard("k").unwrap();
+        let _g = c.lock("k").unwrap();
+    } // dropped while held: unlocks (answered '-', reported on stderr)
+    let g = c.lock("k").unwrap();
     assert_eq!(g.key(), "k");
     assert!(matches!(g.unlock(), Err(Error::Refused)));
-    let got: Vec<u8> = rx.iter().take(4).collect();
-    assert_eq!(got, vec![1, 2, 1, 2]);
+    // Detached: no unlock is sent.
+    assert_eq!(c.lock("k").unwrap().detach(), "k");
+    let got: Vec<u8> = rx.iter().take(5).collect();
+    assert_eq!(got, vec![1, 2, 1, 2, 1]);
 }
 
 #[test]
@@ -251,7 +253,7 @@ fn try_lock_grant_crossing_the_request_timeout_is_kept() {
         .with_request_timeout(Some(Duration::from_millis(200)))
         .try_lock("k")
         .unwrap();
-    assert!(won);
+    assert_eq!(won.map(|g| g.detach()).as_deref(), Some("k"));
     assert!(
         rx.recv().unwrap().hung_up,
         "the grant did not cross a hang-up"

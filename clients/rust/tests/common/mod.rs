@@ -1,202 +1,35 @@
-//! Helpers shared by the integration tests: a tiny JSON reader (the crate
-//! has no dependencies, dev ones included), unique keys, and the JSON API.
+//! Helpers shared by the integration tests: the vectors, unique keys, the
+//! JSON API over plain HTTP/1.0, a server of the tests' own (from
+//! `$LC_SERVER_BIN`), and child processes made of this test binary.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(BTreeMap<String, Json>),
-}
-
-impl Json {
-    pub fn get(&self, k: &str) -> Option<&Json> {
-        match self {
-            Json::Obj(m) => m.get(k),
-            _ => None,
-        }
-    }
-    pub fn str(&self) -> &str {
-        match self {
-            Json::Str(s) => s,
-            other => panic!("not a string: {other:?}"),
-        }
-    }
-    pub fn num(&self) -> f64 {
-        match self {
-            Json::Num(n) => *n,
-            other => panic!("not a number: {other:?}"),
-        }
-    }
-    pub fn arr(&self) -> &[Json] {
-        match self {
-            Json::Arr(a) => a,
-            other => panic!("not an array: {other:?}"),
-        }
-    }
-    pub fn field(&self, k: &str) -> &Json {
-        self.get(k).unwrap_or_else(|| panic!("missing field {k:?}"))
-    }
-}
-
-pub fn parse_json(text: &str) -> Json {
-    let mut p = Parser {
-        s: text.as_bytes(),
-        i: 0,
+/// The shared vectors: `$LC_VECTORS` when set (the repository's
+/// wire/testdata/vectors.json under clients/run-tests), else the copy
+/// shipped in the crate (tests/vectors.json).
+pub fn vectors() -> Value {
+    let path = match std::env::var("LC_VECTORS") {
+        Ok(p) if !p.is_empty() => PathBuf::from(p),
+        _ => shipped_vectors(),
     };
-    let v = p.value();
-    p.ws();
-    assert_eq!(p.i, p.s.len(), "trailing bytes in JSON");
-    v
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\n' | b'\r' | b'\t') {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, b: u8) {
-        self.ws();
-        assert_eq!(
-            self.s.get(self.i),
-            Some(&b),
-            "JSON: expected {:?} at {}",
-            b as char,
-            self.i
-        );
-        self.i += 1;
-    }
-    fn value(&mut self) -> Json {
-        self.ws();
-        match self.s[self.i] {
-            b'{' => {
-                self.i += 1;
-                let mut m = BTreeMap::new();
-                self.ws();
-                if self.s[self.i] == b'}' {
-                    self.i += 1;
-                    return Json::Obj(m);
-                }
-                loop {
-                    self.ws();
-                    let k = self.string();
-                    self.eat(b':');
-                    let v = self.value();
-                    m.insert(k, v);
-                    self.ws();
-                    let c = self.s[self.i];
-                    self.i += 1;
-                    if c == b'}' {
-                        return Json::Obj(m);
-                    }
-                    assert_eq!(c, b',', "JSON: expected , or }}");
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut a = Vec::new();
-                self.ws();
-                if self.s[self.i] == b']' {
-                    self.i += 1;
-                    return Json::Arr(a);
-                }
-                loop {
-                    a.push(self.value());
-                    self.ws();
-                    let c = self.s[self.i];
-                    self.i += 1;
-                    if c == b']' {
-                        return Json::Arr(a);
-                    }
-                    assert_eq!(c, b',', "JSON: expected , or ]");
-                }
-            }
-            b'"' => Json::Str(self.string()),
-            b't' => self.word("true", Json::Bool(true)),
-            b'f' => self.word("false", Json::Bool(false)),
-            b'n' => self.word("null", Json::Null),
-            _ => {
-                let start = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                    )
-                {
-                    self.i += 1;
-                }
-                let t = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                Json::Num(
-                    t.parse()
-                        .unwrap_or_else(|_| panic!("JSON: bad number {t:?}")),
-                )
-            }
-        }
-    }
-    fn word(&mut self, w: &str, v: Json) -> Json {
-        assert!(self.s[self.i..].starts_with(w.as_bytes()));
-        self.i += w.len();
-        v
-    }
-    fn hex4(&mut self) -> u32 {
-        let t = std::str::from_utf8(&self.s[self.i..self.i + 4]).unwrap();
-        self.i += 4;
-        u32::from_str_radix(t, 16).unwrap()
-    }
-    fn string(&mut self) -> String {
-        assert_eq!(self.s[self.i], b'"');
-        self.i += 1;
-        let mut out: Vec<u8> = Vec::new();
-        loop {
-            let c = self.s[self.i];
-            self.i += 1;
-            match c {
-                b'"' => return String::from_utf8(out).unwrap(),
-                b'\\' => {
-                    let e = self.s[self.i];
-                    self.i += 1;
-                    let ch = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let mut cp = self.hex4();
-                            if (0xD800..0xDC00).contains(&cp) {
-                                assert_eq!(&self.s[self.i..self.i + 2], b"\\u");
-                                self.i += 2;
-                                let lo = self.hex4();
-                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                            }
-                            char::from_u32(cp).unwrap()
-                        }
-                        _ => panic!("JSON: bad escape"),
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                }
-                _ => out.push(c),
-            }
-        }
-    }
+/// The copy of the vectors shipped in the crate. The folder is read when
+/// the test runs (cargo sets CARGO_MANIFEST_DIR then): a build cached from
+/// another unpacked copy must not point at a folder that is gone.
+pub fn shipped_vectors() -> PathBuf {
+    let dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    PathBuf::from(dir).join("tests/vectors.json")
 }
 
 pub fn unhex(s: &str) -> Vec<u8> {
@@ -206,7 +39,8 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// A key no other run or test uses: `rust-<name>-<random>`.
+/// A key no other run or test uses: `rust-<name>-<random>`, [a-z0-9-] only
+/// so it goes into a URL path as it is.
 pub fn unique_key(name: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -219,48 +53,45 @@ pub fn unique_key(name: &str) -> String {
     )
 }
 
-/// GET /api/v1/keys/{key}: `Some(None)` when the key is not held (404),
-/// `Some(Some(json))` when it is, `None` when the web port is not set or
-/// the API does not answer as the contract says.
-pub fn key_info(key: &str) -> Option<Option<Json>> {
-    let web = std::env::var("LC_TEST_WEB_ADDRESS")
-        .ok()
-        .filter(|s| !s.is_empty())?;
-    let mut s = TcpStream::connect(&web).ok()?;
+/// The env var's value, or `None` when unset or empty.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+/// One HTTP/1.0 request to `web`; (status, body).
+pub fn http(web: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(web).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    // Keys used here are [a-z0-9-] only, so the path needs no escaping.
     write!(
         s,
-        "GET /api/v1/keys/{key} HTTP/1.0\r\nHost: {web}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {web}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     let status: u16 = resp.split(' ').nth(1)?.parse().ok()?;
-    if status == 404 {
-        return Some(None);
-    }
-    if status != 200 {
-        return None;
-    }
-    let body = resp.split_once("\r\n\r\n")?.1;
-    if !body.trim_start().starts_with('{') {
-        return None;
-    }
-    Some(Some(parse_json(body)))
+    Some((status, resp.split_once("\r\n\r\n")?.1.to_owned()))
 }
 
-/// The length of the wait queue of `key`, which the caller knows is held:
-/// `None` when the JSON API is not available (a 404 for a held key means
-/// the route is missing).
-pub fn queue_len(key: &str) -> Option<usize> {
-    match key_info(key)? {
-        None => None,
-        Some(info) => match info.get("queue")? {
-            Json::Arr(q) => Some(q.len()),
-            _ => None,
-        },
+/// GET /api/v1/keys/{key} on `web`: `Some(None)` when not held (404).
+pub fn key_info_at(web: &str, key: &str) -> Option<Option<Value>> {
+    let (status, body) = http(web, "GET", &format!("/api/v1/keys/{key}"), "")?;
+    match status {
+        404 => Some(None),
+        200 => serde_json::from_str(&body).ok().map(Some),
+        _ => None,
     }
+}
+
+/// [`key_info_at`] on `$LC_TEST_WEB_ADDRESS`; `None` when it is unset.
+pub fn key_info(key: &str) -> Option<Option<Value>> {
+    key_info_at(&env("LC_TEST_WEB_ADDRESS")?, key)
+}
+
+/// The length of the wait queue of `key`, which the caller knows is held.
+pub fn queue_len(key: &str) -> Option<usize> {
+    key_info(key)??.get("queue")?.as_array().map(Vec::len)
 }
 
 /// Polls [`queue_len`] until it equals `want` or `deadline` passes. Returns
@@ -273,5 +104,132 @@ pub fn wait_queue_len(key: &str, want: usize, deadline: Duration) -> Option<usiz
             return got;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds or `deadline` passes.
+pub fn eventually(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + deadline;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A server of the test's own, started from `$LC_SERVER_BIN` on free
+/// loopback ports; stopped by PID with SIGTERM when dropped.
+pub struct OwnServer {
+    pub address: String,
+    pub web: String,
+    envs: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl OwnServer {
+    /// `None` (the test returns early, saying why) when `$LC_SERVER_BIN` is
+    /// unset.
+    pub fn start(envs: &[(&str, &str)]) -> Option<OwnServer> {
+        let Some(_) = env("LC_SERVER_BIN") else {
+            eprintln!("LC_SERVER_BIN unset: test skipped");
+            return None;
+        };
+        let mut s = OwnServer {
+            address: format!("127.0.0.1:{}", free_port()),
+            web: format!("127.0.0.1:{}", free_port()),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+        };
+        s.restart();
+        Some(s)
+    }
+
+    /// Starts the server (again, on the same ports and settings) and waits
+    /// for GET /readyz 200.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let bin = env("LC_SERVER_BIN").unwrap();
+        let child = Command::new(bin)
+            .env("BIND_ADDRESS", &self.address)
+            .env("WEB_ADDRESS", &self.web)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the server");
+        self.child = Some(child);
+        let web = self.web.clone();
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                matches!(http(&web, "GET", "/readyz", ""), Some((200, _)))
+            }),
+            "server not ready"
+        );
+    }
+
+    /// Stops it with SIGTERM (by PID) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the test named `name` of this binary in a child process (it is
+/// `#[ignore]`d, so only a child runs it), with `envs`. Its stdout is piped.
+pub fn spawn_child(name: &str, envs: &[(&str, &str)]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the child test")
+}
+
+/// Reads the child's stdout until a line that ends with `want` (the test
+/// harness prints the test's name before its output on the same line).
+pub fn wait_for_line(child: &mut Child, want: &str) {
+    let out = child.stdout.as_mut().expect("piped stdout");
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = r.read_line(&mut line).unwrap();
+        assert!(n > 0, "child ended before printing {want:?}");
+        if line.trim_end().ends_with(want) {
+            return;
+        }
     }
 }

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "lockingcenter.h"
+#include "lc_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,12 +26,11 @@
 #endif
 
 #define LC_DEFAULT_CONNECT_TIMEOUT_MS 5000
-#define LC_DEFAULT_IO_TIMEOUT_MS 10000
+#define LC_DEFAULT_IO_TIMEOUT_MS 30000
 /* How long a call that gives up reads on for an answer already under way. */
 #define LC_GIVE_UP_GRACE_MS 2000
 
-/* No deadline. */
-#define NO_DEADLINE INT64_MAX
+#define NO_DEADLINE LC_NO_DEADLINE
 
 const char *lc_strerror(lc_err err) {
     switch (err) {
@@ -44,6 +44,11 @@ const char *lc_strerror(lc_err err) {
     case LC_ERR_CANCELED: return "canceled";
     case LC_ERR_PROTOCOL: return "unexpected answer from the server";
     case LC_ERR_SYSTEM: return "local system error";
+    case LC_ERR_NOT_HELD: return "this session does not hold that grant (nothing released)";
+    case LC_ERR_OUTCOME_UNKNOWN: return "answer lost: the request may or may not have taken effect";
+    case LC_ERR_DISCONNECTED: return "session connection lost before the answer (the session is resuming)";
+    case LC_ERR_SESSION_LOST: return "session lost: its holds are gone";
+    case LC_ERR_SESSION_CLOSED: return "session closed";
     }
     return "unknown error";
 }
@@ -128,7 +133,7 @@ lc_err lc_client_init(lc_client *c, const char *address, const char *source) {
 
 /* ---- cancel token ------------------------------------------------------ */
 
-static int set_flags(int fd) {
+int lc__set_flags(int fd) {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
         return -1;
@@ -149,7 +154,7 @@ lc_err lc_cancel_init(lc_cancel *t) {
         t->fds[0] = t->fds[1] = -1;
         return LC_ERR_SYSTEM;
     }
-    if (set_flags(t->fds[0]) != 0 || set_flags(t->fds[1]) != 0) {
+    if (lc__set_flags(t->fds[0]) != 0 || lc__set_flags(t->fds[1]) != 0) {
         int saved = errno;
         lc_cancel_destroy(t);
         errno = saved;
@@ -233,25 +238,25 @@ lc_err lc_encode(uint8_t *buf, size_t cap, size_t *len, int action, const char *
 
 /* ---- time and poll ----------------------------------------------------- */
 
-static int64_t now_ms(void) {
+int64_t lc__now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int64_t deadline_after(int timeout_ms) {
-    return timeout_ms > 0 ? now_ms() + timeout_ms : NO_DEADLINE;
+    return timeout_ms > 0 ? lc__now_ms() + timeout_ms : NO_DEADLINE;
 }
 
 /*
  * Waits until fd has events, the deadline passes or the token triggers.
  * Returns LC_OK (fd ready), LC_ERR_TIMEOUT, LC_ERR_CANCELED or LC_ERR_SYSTEM.
  */
-static lc_err wait_fd(int fd, short events, int64_t deadline, const lc_cancel *cancel) {
+lc_err lc__wait_fd(int fd, short events, int64_t deadline, const lc_cancel *cancel) {
     for (;;) {
         int wait = -1;
         if (deadline != NO_DEADLINE) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - lc__now_ms();
             if (left <= 0) {
                 return LC_ERR_TIMEOUT;
             }
@@ -293,7 +298,7 @@ static void close_keep_errno(int fd) {
  * Connects to the client's address before the earlier of the connect
  * timeout and the call's deadline. Returns LC_OK with *out set, or an error.
  */
-static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel, int *out) {
+lc_err lc__dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel, int *out) {
     int64_t cdeadline = deadline_after(c->connect_timeout_ms);
     bool call_deadline_first = deadline < cdeadline;
     if (call_deadline_first) {
@@ -318,7 +323,7 @@ static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel
             last_errno = errno;
             continue;
         }
-        if (set_flags(fd) != 0) {
+        if (lc__set_flags(fd) != 0) {
             last_errno = errno;
             close(fd);
             continue;
@@ -334,7 +339,7 @@ static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel
             continue;
         }
         if (rc != 0) {
-            lc_err w = wait_fd(fd, POLLOUT, cdeadline, cancel);
+            lc_err w = lc__wait_fd(fd, POLLOUT, cdeadline, cancel);
             if (w == LC_ERR_TIMEOUT) {
                 close(fd);
                 result = call_deadline_first ? LC_ERR_TIMEOUT : LC_ERR_UNREACHABLE;
@@ -376,7 +381,7 @@ static lc_err dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel
  */
 static lc_err read_answer(int fd, int64_t deadline, const lc_cancel *cancel, uint8_t *answer) {
     for (;;) {
-        lc_err e = wait_fd(fd, POLLIN, deadline, cancel);
+        lc_err e = lc__wait_fd(fd, POLLIN, deadline, cancel);
         if (e != LC_OK) {
             return e;
         }
@@ -408,7 +413,7 @@ static lc_err give_up(int fd, lc_err why, uint8_t *answer) {
     int saved = errno;
     shutdown(fd, SHUT_WR);
     /* No cancel token here: it stays triggered. */
-    lc_err e = read_answer(fd, now_ms() + LC_GIVE_UP_GRACE_MS, NULL, answer);
+    lc_err e = read_answer(fd, lc__now_ms() + LC_GIVE_UP_GRACE_MS, NULL, answer);
     close(fd);
     errno = saved;
     return e == LC_OK ? LC_OK : why;
@@ -429,7 +434,7 @@ static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, in
     }
     int64_t deadline = deadline_after(timeout_ms);
     int fd = -1;
-    lc_err e = dial(c, deadline, cancel, &fd);
+    lc_err e = lc__dial(c, deadline, cancel, &fd);
     if (e != LC_OK) {
         return e;
     }
@@ -445,7 +450,7 @@ static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, in
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            e = wait_fd(fd, POLLOUT, deadline, cancel);
+            e = lc__wait_fd(fd, POLLOUT, deadline, cancel);
             if (e != LC_OK) {
                 close_keep_errno(fd);
                 return e;

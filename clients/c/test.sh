@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Tests of the C client, run by clients/run-tests (see its header comment).
-# Two CMake builds, each tested with ctest: a normal one and one under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Conformance tests need
-# LC_TEST_ADDRESS (and LC_TEST_WEB_ADDRESS) and skip themselves without it.
-# Last line: "c: N passed, N failed, N skipped" summed over both builds.
+#
+# 1. Three CMake builds, each tested with ctest (one ctest test per case):
+#    build/ (plain, shared library), build-asan/ (AddressSanitizer +
+#    LeakSanitizer + UBSan), build-tsan/ (ThreadSanitizer). Conformance tests
+#    need LC_TEST_ADDRESS (and LC_TEST_WEB_ADDRESS, LC_SERVER_BIN) and skip
+#    themselves without them.
+# 2. The package, checked as a user installs it: cmake --install into a
+#    temporary prefix; the SONAME is versioned; a fresh CMake project with
+#    find_package(lockingcenter 0.2) builds the README's quick-start and runs
+#    it against the server (find_package(lockingcenter 0.3) must fail); the
+#    same program built with pkg-config only.
+# Last line: "c: N passed, N failed, N skipped" summed over all of it.
 set -uo pipefail
 cd "$(dirname "$0")"
+here=$(pwd)
 
 for tool in cc cmake ctest; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -17,31 +26,109 @@ done
 export LC_VECTORS="${LC_VECTORS:-$(cd ../.. && pwd)/wire/testdata/vectors.json}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 
 passed=0 failed=0 skipped=0 status=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); status=1; }
+pass() { echo "ok   $*"; passed=$((passed + 1)); }
+
 run_build() {
   local dir=$1; shift
   echo "== $dir"
+  mkdir -p "$dir"
   if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$@" >"$dir/configure.log" 2>&1; then
-    cat "$dir/configure.log"; status=1; failed=$((failed + 1)); return
+    cat "$dir/configure.log"; fail "$dir: configure"; return
   fi
-  if ! cmake --build "$dir" -j 2; then
-    status=1; failed=$((failed + 1)); return
+  if ! cmake --build "$dir" -j 2 >"$dir/build.log" 2>&1; then
+    cat "$dir/build.log"; fail "$dir: build"; return
   fi
-  (cd "$dir" && ctest --output-on-failure) | tee "$dir/ctest.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if grep -q 'warning:' "$dir/build.log"; then
+    grep 'warning:' "$dir/build.log"; fail "$dir: compiler warnings"
+  fi
+  (cd "$dir" && ctest -j 2 --output-on-failure) >"$dir/ctest.log" 2>&1
+  local rc=$?
+  cat "$dir/ctest.log"
+  [ "$rc" -eq 0 ] || status=1
   local line total f s
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$dir/ctest.log" | tail -n 1)
+  if [ -z "$line" ]; then fail "$dir: no ctest summary"; return; fi
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   f=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$line")
   s=$(grep -c '\*\*\*Skipped' "$dir/ctest.log" || true)
-  if [ -z "$line" ]; then status=1; failed=$((failed + 1)); return; fi
   passed=$((passed + total - f - s)); failed=$((failed + f)); skipped=$((skipped + s))
 }
 
-mkdir -p build build-asan
-run_build build
-run_build build-asan -DLC_SANITIZE=ON
+run_build build -DCMAKE_INSTALL_PREFIX="$here/build/prefix"
+run_build build-asan -DLC_SANITIZE=address
+run_build build-tsan -DLC_SANITIZE=thread
+
+# ---- the package, as a user installs it --------------------------------
+echo "== package"
+prefix=$here/build/prefix
+work=$here/build/consumer
+rm -rf "$prefix" "$work"
+mkdir -p "$work/cmake-project" "$work/cmake-too-new"
+if cmake --install build >"$work/install.log" 2>&1; then pass "cmake --install"; else cat "$work/install.log"; fail "cmake --install"; fi
+so=$(ls "$prefix"/lib*/liblockingcenter.so.0.2.0 2>/dev/null | head -n 1)
+if [ -n "$so" ] && readelf -d "$so" | grep -q 'SONAME.*\[liblockingcenter\.so\.0\.2\]'; then
+  pass "SONAME liblockingcenter.so.0.2"
+else
+  fail "no liblockingcenter.so.0.2.0 with SONAME liblockingcenter.so.0.2 under $prefix"
+fi
+
+# The README's quick-start, verbatim: the C block after "<!-- quick-start -->".
+awk '/<!-- quick-start -->/{f=1; next} f && /^```c/{p=1; next} p && /^```/{exit} p' README.md >"$work/main.c"
+if [ ! -s "$work/main.c" ]; then fail "README quick-start not found"; fi
+cp "$work/main.c" "$work/cmake-project/main.c"
+cat >"$work/cmake-project/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.13)
+project(quickstart C)
+find_package(lockingcenter 0.2 REQUIRED)
+add_executable(quickstart main.c)
+target_link_libraries(quickstart PRIVATE lockingcenter::lockingcenter)
+EOF
+sed 's/lockingcenter 0.2 REQUIRED/lockingcenter 0.3 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
+cp "$work/main.c" "$work/cmake-too-new/main.c"
+
+run_quickstart() { # name binary
+  if [ -z "${LC_TEST_ADDRESS:-}" ]; then
+    echo "skip $1: LC_TEST_ADDRESS not set"; skipped=$((skipped + 1)); return
+  fi
+  local out
+  if out=$(LC_ADDRESS="$LC_TEST_ADDRESS" "$2" 2>&1) && grep -q 'fencing token' <<<"$out"; then
+    pass "$1 ran against the server: $out"
+  else
+    echo "$out"; fail "$1 did not run"
+  fi
+}
+
+if cmake -S "$work/cmake-project" -B "$work/cmake-project/build" -DCMAKE_PREFIX_PATH="$prefix" \
+     >"$work/cmake-project.log" 2>&1 && cmake --build "$work/cmake-project/build" >>"$work/cmake-project.log" 2>&1; then
+  pass "find_package(lockingcenter 0.2) in a fresh project"
+  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/quickstart"
+else
+  cat "$work/cmake-project.log"; fail "find_package(lockingcenter 0.2) in a fresh project"
+fi
+if cmake -S "$work/cmake-too-new" -B "$work/cmake-too-new/build" -DCMAKE_PREFIX_PATH="$prefix" \
+     >"$work/cmake-too-new.log" 2>&1; then
+  fail "find_package(lockingcenter 0.3) accepted version 0.2.0"
+else
+  pass "find_package(lockingcenter 0.3) refused (the version file works)"
+fi
+
+if command -v pkg-config >/dev/null 2>&1; then
+  pc=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1)
+  if [ "$(PKG_CONFIG_PATH=$pc pkg-config --modversion lockingcenter 2>/dev/null)" = "0.2.0" ] &&
+     cc -std=c99 -o "$work/quickstart-pc" "$work/main.c" $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs lockingcenter) \
+       -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir lockingcenter)" 2>"$work/pc.log"; then
+    pass "pkg-config lockingcenter 0.2.0 builds the quick-start"
+    run_quickstart "quick-start (pkg-config)" "$work/quickstart-pc"
+  else
+    cat "$work/pc.log" 2>/dev/null; fail "pkg-config lockingcenter"
+  fi
+else
+  echo "skip pkg-config: not installed"; skipped=$((skipped + 1))
+fi
 
 echo "c: $passed passed, $failed failed, $skipped skipped"
 exit $status

@@ -11,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "common.h"
 #include "json.h"
 #include "lockingcenter.h"
 
@@ -27,43 +28,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIP 77
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_ERR(got, want)                                                          \
-    do {                                                                              \
-        lc_err g_ = (got), w_ = (want);                                               \
-        if (g_ != w_) {                                                               \
-            fprintf(stderr, "  %s:%d: %s gave \"%s\", want \"%s\"\n", __FILE__, __LINE__, \
-                    #got, lc_strerror(g_), lc_strerror(w_));                          \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
+int failures;
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static int64_t now_ms(void) {
+int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms) {
+void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
-static size_t hex_decode(const char *hex, uint8_t *out, size_t cap) {
+size_t hex_decode(const char *hex, uint8_t *out, size_t cap) {
     size_t n = strlen(hex) / 2;
     if (n > cap) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -75,7 +56,7 @@ static size_t hex_decode(const char *hex, uint8_t *out, size_t cap) {
 }
 
 /* A loopback port nothing listens on (bound, then closed). */
-static int dead_port(void) {
+int dead_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
@@ -91,7 +72,7 @@ static void dead_client(lc_client *c, const char *source) {
     lc_client_init(c, addr, source);
 }
 
-static json *load_vectors(void) {
+json *load_vectors(void) {
     const char *path = getenv("LC_VECTORS");
     if (path == NULL || path[0] == '\0') path = getenv("LC_VECTORS_DEFAULT");
     if (path == NULL || path[0] == '\0') path = "../../wire/testdata/vectors.json";
@@ -190,9 +171,9 @@ static void fake_stop(fake_server *f) {
 
 /* ---- real server helpers ---------------------------------------------- */
 
-static char run_id[32];
+char run_id[32];
 
-static void unique_key(char *out, size_t cap, const char *name) {
+void unique_key(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "c-test-%s-%s", run_id, name);
 }
 
@@ -214,7 +195,7 @@ static int server(lc_client *c, const char *source) {
  * waiters in "queue" (0 also when the key is not held: 404), or -1 when the
  * web API cannot be asked.
  */
-static int queue_length(const char *key) {
+int queue_length(const char *key) {
     const char *web = getenv("LC_TEST_WEB_ADDRESS");
     lc_client w;
     if (web == NULL || lc_client_init(&w, web, NULL) != LC_OK) return -1;
@@ -259,7 +240,7 @@ static int queue_length(const char *key) {
 }
 
 /* Polls the web API until key has want waiters; true when seen. */
-static bool wait_queue(const char *key, int want, int timeout_ms) {
+bool wait_queue(const char *key, int want, int timeout_ms) {
     int64_t end = now_ms() + timeout_ms;
     do {
         if (queue_length(key) == want) return true;
@@ -437,7 +418,7 @@ static int test_address(void) {
     CHECK_ERR(lc_client_init(&c, "db.example:1234", "me"), LC_OK);
     CHECK(strcmp(c.host, "db.example") == 0 && strcmp(c.port, "1234") == 0);
     CHECK(strcmp(c.source, "me") == 0);
-    CHECK(c.connect_timeout_ms == 5000 && c.io_timeout_ms == 10000);
+    CHECK(c.connect_timeout_ms == 5000 && c.io_timeout_ms == 30000);
     CHECK_ERR(lc_client_init(&c, "host-only", NULL), LC_OK);
     CHECK(strcmp(c.port, "22119") == 0 && c.source[0] == '\0');
     CHECK_ERR(lc_client_init(&c, NULL, NULL), LC_OK);
@@ -868,18 +849,21 @@ int main(int argc, char **argv) {
     const char *rid = getenv("LC_TEST_RUN_ID");
     if (rid && rid[0]) snprintf(run_id, sizeof run_id, "%s", rid);
     else snprintf(run_id, sizeof run_id, "%ld-%ld", (long)getpid(), (long)(now_ms() % 1000000));
-    size_t n = sizeof tests / sizeof tests[0];
+    size_t nv1 = sizeof tests / sizeof tests[0];
+    size_t n = nv1 + session_test_count;
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n; i++) puts(tests[i].name);
+        for (size_t i = 0; i < n; i++) puts(i < nv1 ? tests[i].name : session_tests[i - nv1].name);
         return 0;
     }
     int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < n; i++) {
-        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0) continue;
+        const char *name = i < nv1 ? tests[i].name : session_tests[i - nv1].name;
+        int (*fn)(void) = i < nv1 ? tests[i].fn : session_tests[i - nv1].fn;
+        if (argc > 1 && strcmp(argv[1], name) != 0) continue;
         failures = 0;
-        int rc = tests[i].fn();
+        int rc = fn();
         if (rc == 0 && failures) rc = 1;
-        printf("%-4s %s\n", rc == 0 ? "ok" : rc == SKIP ? "skip" : "FAIL", tests[i].name);
+        printf("%-4s %s\n", rc == 0 ? "ok" : rc == SKIP ? "skip" : "FAIL", name);
         if (rc == 0) passed++;
         else if (rc == SKIP) skipped++;
         else failed++;

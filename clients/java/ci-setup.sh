@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the Java client's tests need on a fresh machine: a JDK (17 or newer) and Maven,
 # from Debian's packages when missing, then fills ~/.m2 with the pinned plugins and JUnit by
-# compiling the tests once. Idempotent; fast when everything is already there.
+# running the vectors test and an install once. Idempotent; fast when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,8 +14,12 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-# Resolve the build's plugins and test dependencies once (no-op when ~/.m2 has them).
-if [ ! -d "${HOME}/.m2/repository/org/junit/jupiter/junit-jupiter" ] \
-   || [ ! -d "${HOME}/.m2/repository/org/apache/maven/surefire/surefire-junit-platform" ]; then
-  mvn -B -q -ntp test -Dtest=WireVectorsTest -Dsurefire.failIfNoSpecifiedTests=false
+# Resolve the build's plugins and test dependencies once (no-op when ~/.m2 has them): the vectors
+# test runs (surefire's JUnit provider), and install fetches the sources, javadoc and install plugins.
+m2=${HOME}/.m2/repository
+if [ ! -d "$m2/org/junit/jupiter/junit-jupiter" ] \
+   || [ ! -d "$m2/org/apache/maven/surefire/surefire-junit-platform" ] \
+   || [ ! -d "$m2/com/fasterxml/jackson/core/jackson-databind" ] \
+   || [ ! -d "$m2/org/apache/maven/plugins/maven-javadoc-plugin" ]; then
+  mvn -B -q -ntp install -Dtest=WireVectorsTest -Dsurefire.failIfNoSpecifiedTests=false
 fi

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Runs the Java client's JUnit suite with Maven (see clients/run-tests for the convention):
-# the shared vectors ($LC_VECTORS), client behaviour against a loopback stand-in, and, when
-# $LC_TEST_ADDRESS is set, conformance against the real server. Last line: the counts.
+# Runs the Java client's JUnit suite with Maven (see clients/run-tests for the convention), then
+# checks the package the way a user consumes it. The suite: the shared vectors ($LC_VECTORS),
+# client behaviour against loopback stand-ins, and, when $LC_TEST_ADDRESS is set, conformance and
+# sessions against the real server (servers of its own from $LC_SERVER_BIN for restarts and expiry).
+# The package check: `mvn install` (jar, -sources and -javadoc jars, a POM with licence, url, scm),
+# then a fresh Maven project that depends on io.lockingcenter:locking-center as the README says and
+# runs the README's quick start verbatim against the server. Last line: the counts.
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -18,12 +22,14 @@ fi
 : "${LC_VECTORS:=$(cd ../.. && pwd)/wire/testdata/vectors.json}"
 export LC_VECTORS
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-mvn -B -ntp test >"$log" 2>&1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log=$work/mvn.log
+# install = test + the three jars + install into the local repository, as a user would.
+mvn -B -ntp install >"$log" 2>&1
 rc=$?
-# Per-class results and failures, without Maven's download and plugin noise.
-grep -E '^\[(INFO|WARNING|ERROR)\] (Tests run:|  |Failures:|Errors:|Run |.*FAIL)|<<<|Exception|expected' "$log" \
+# Per-class results, failures and the figures the tests print, without Maven's noise.
+grep -E '^\[(INFO|WARNING|ERROR)\] (Tests run:|  |Failures:|Errors:|Run |.*FAIL)|<<<|Exception|expected|^(v1|session): ' "$log" \
   | grep -v 'Tests run: [0-9]*, Failures: [0-9]*, Errors: [0-9]*, Skipped: [0-9]*$' || true
 summary=$(grep -E 'Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -n 1 \
   | sed 's/^\[[A-Z]*\] //')
@@ -35,5 +41,59 @@ fi
 echo "$summary"
 read -r run failures errors skipped < <(echo "$summary" | sed -E 's/[^0-9]+/ /g')
 failed=$((failures + errors))
-echo "$((run - failed - skipped)) passed, $failed failed, $skipped skipped"
-[ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
+passed=$((run - failed - skipped))
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  tail -n 40 "$log"
+  echo "maven failed after the tests (exit $rc)"
+  failed=$((failed + 1))
+fi
+
+# ---- the package, as a user consumes it
+package_check() {
+  local version repo dir
+  version=$(sed -n 's|^  <version>\(.*\)</version>|\1|p' pom.xml | head -n 1)
+  repo=$HOME/.m2/repository
+  dir=$repo/io/lockingcenter/locking-center/$version
+  for f in "locking-center-$version.jar" "locking-center-$version-sources.jar" "locking-center-$version-javadoc.jar" "locking-center-$version.pom"; do
+    [ -s "$dir/$f" ] || { echo "package: $dir/$f was not installed"; return 1; }
+  done
+  for tag in '<url>https://github.com/locking-center/locking-center</url>' '<name>MIT</name>' '<scm>' '<description>'; do
+    grep -qF "$tag" "$dir/locking-center-$version.pom" || { echo "package: the POM lacks $tag"; return 1; }
+  done
+  jar tf "$dir/locking-center-$version-sources.jar" | grep -q 'io/lockingcenter/Session.java' \
+    || { echo "package: the sources jar lacks Session.java"; return 1; }
+  jar tf "$dir/locking-center-$version-javadoc.jar" | grep -q 'io/lockingcenter/Session.html' \
+    || { echo "package: the javadoc jar lacks Session.html"; return 1; }
+
+  # A fresh project: the README's dependency block and its quick start, verbatim.
+  local app=$work/app
+  mkdir -p "$app/src/main/java"
+  awk '/^<!-- dependency -->/{f=1;next} /^<!-- \/dependency -->/{f=0} f && !/^```/' README.md >"$work/dependency.xml"
+  awk '/^<!-- quickstart -->/{f=1;next} /^<!-- \/quickstart -->/{f=0} f && !/^```/' README.md >"$app/src/main/java/Quickstart.java"
+  grep -q '<artifactId>locking-center</artifactId>' "$work/dependency.xml" || { echo "package: no dependency block in the README"; return 1; }
+  grep -q 'class Quickstart' "$app/src/main/java/Quickstart.java" || { echo "package: no quick start in the README"; return 1; }
+  {
+    printf '<project xmlns="http://maven.apache.org/POM/4.0.0">\n  <modelVersion>4.0.0</modelVersion>\n'
+    printf '  <groupId>example</groupId><artifactId>app</artifactId><version>1</version>\n'
+    printf '  <properties><maven.compiler.release>17</maven.compiler.release>'
+    printf '<project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>\n'
+    printf '  <build><plugins><plugin><groupId>org.apache.maven.plugins</groupId>'
+    printf '<artifactId>maven-compiler-plugin</artifactId><version>3.14.0</version></plugin></plugins></build>\n'
+    printf '  <dependencies>\n'; cat "$work/dependency.xml"; printf '  </dependencies>\n</project>\n'
+  } >"$app/pom.xml"
+  (cd "$app" && mvn -B -q -ntp -o package >"$work/app.log" 2>&1) \
+    || (cd "$app" && mvn -B -q -ntp package >"$work/app.log" 2>&1) \
+    || { cat "$work/app.log"; echo "package: the fresh project did not build"; return 1; }
+  if [ -n "${LC_TEST_ADDRESS:-}" ]; then
+    local out
+    out=$(cd "$app" && LC_ADDRESS=$LC_TEST_ADDRESS timeout 60 java -cp "target/classes:$dir/locking-center-$version.jar" Quickstart 2>&1) \
+      || { echo "$out"; echo "package: the quick start failed"; return 1; }
+    echo "$out" | sed 's/^/quickstart: /'
+    grep -q '^holding reports/daily with token [0-9][0-9]*$' <<<"$out" || { echo "package: unexpected quick start output"; return 1; }
+  fi
+  echo "package: installed $version (jar, sources, javadoc; POM with licence, url, scm); a fresh project built and ran the quick start"
+}
+if package_check; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

@@ -10,11 +10,9 @@ import java.util.Objects;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.concurrent.ForkJoinPool;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Client of a Locking-Center server.
@@ -54,6 +52,9 @@ public final class LockingCenter {
     private final Duration connectTimeout;
     private final Duration requestTimeout;
     private final Executor executor;
+    /** The selector thread of the async calls; it runs only while some are in progress. */
+    private final V1Reactor reactor = new V1Reactor("locking-center-async");
+    private static final System.Logger LOG = System.getLogger(LockingCenter.class.getName());
 
     /** A client of the server at {@code address} ("host:port", "host", "[::1]:port") with an empty
      *  source: the server then names the requester by its IP address. */
@@ -74,11 +75,11 @@ public final class LockingCenter {
         this.source = b.source; // checked by Builder.source
         this.connectTimeout = b.connectTimeout;
         this.requestTimeout = b.requestTimeout;
-        this.executor = b.executor != null ? b.executor : DefaultExecutor.INSTANCE;
+        this.executor = b.executor != null ? b.executor : ForkJoinPool.commonPool();
     }
 
     /** A builder with the defaults: address {@code localhost:22119}, empty source, connect timeout
-     *  5 s, request timeout 30 s, a shared pool of daemon threads for the async calls. */
+     *  5 s, request timeout 30 s, async calls completed on {@link ForkJoinPool#commonPool()}. */
     public static Builder builder() {
         return new Builder();
     }
@@ -211,10 +212,7 @@ public final class LockingCenter {
 
     /** Asynchronous {@link #tryLock(String)}. */
     public CompletableFuture<Boolean> tryLockAsync(String key) {
-        return submit(Action.TRY_LOCK, key, source, (f, b) -> {
-            boolean won = tryResult(key, b);
-            completeOrGiveBack(f, won, won, key);
-        });
+        return async(Action.TRY_LOCK, key, source, null, b -> tryResult(key, b));
     }
 
     /** Asynchronous {@link #unlock(String)}. */
@@ -257,59 +255,112 @@ public final class LockingCenter {
     }
 
     /**
-     * Lock in the executor. With thenUnlock (waitFor) the future completes with null after the
-     * unlock; otherwise with the HeldLock.
+     * Asynchronous Lock: with thenUnlock (waitFor) the future completes with null after the unlock,
+     * which is made even if the caller gave up meanwhile (the key is ours by then).
      */
     private <T> CompletableFuture<T> lockTask(String key, Duration timeout, boolean thenUnlock) {
-        RequestFuture<T> future = submit(Action.LOCK, key, source, (f, answer) -> {
-            HeldLock held = lockResult(key, answer);
-            if (thenUnlock) {
-                // The key is ours now: release it even if the caller has given up meanwhile.
-                unlock(key);
-                f.complete(null);
-            } else {
-                @SuppressWarnings("unchecked")
-                T value = (T) held;
-                completeOrGiveBack(f, value, true, key);
-            }
-        });
-        if (timeout != null && !future.isDone()) {
-            Executor later = CompletableFuture.delayedExecutor(timeout.toNanos(), TimeUnit.NANOSECONDS);
-            later.execute(() -> future.completeExceptionally(new LockTimeoutException(key, timeout)));
+        CompletableFuture<HeldLock> lock = async(Action.LOCK, key, source, timeout, b -> lockResult(key, b));
+        if (!thenUnlock) {
+            @SuppressWarnings("unchecked")
+            CompletableFuture<T> f = (CompletableFuture<T>) lock;
+            return f;
         }
-        return future;
+        CompletableFuture<T> out = new CompletableFuture<>();
+        lock.whenComplete((held, e) -> {
+            if (e != null) {
+                out.completeExceptionally(e);
+                return;
+            }
+            unlockAsync(key).whenComplete((v, e2) -> {
+                if (e2 != null) {
+                    out.completeExceptionally(e2);
+                } else {
+                    out.complete(null);
+                }
+            });
+        });
+        out.whenComplete((v, e) -> lock.cancel(false)); // the caller gave up: withdraw the Lock
+        return out;
     }
 
-    private interface Completion<T> {
-        void accept(RequestFuture<T> future, int answer);
+    /** Maps an answer byte to a call's value, or throws its error. */
+    private interface AnswerMapper<T> {
+        T map(int answer);
     }
 
     /**
-     * Encodes the frame now (invalid input fails the returned future at once), then runs the exchange
-     * in the executor and hands the answer to done. Only Lock waits without a deadline; every other
-     * action gets the request timeout.
+     * Starts one request on the client's selector thread (no thread waits for it) and returns its
+     * future. Invalid input fails the future at once. A future completed by anyone but the client
+     * (cancel, orTimeout, completeExceptionally) withdraws the request; a Lock or TryLock that is
+     * granted anyway is unlocked again. Only Lock waits without a deadline (unless given a timeout);
+     * every other action gets the request timeout.
      */
-    private <T> RequestFuture<T> submit(Action action, String key, String src, Completion<T> done) {
-        RequestFuture<T> future = new RequestFuture<>();
+    private <T> CompletableFuture<T> async(Action action, String key, String src, Duration lockTimeout,
+            AnswerMapper<T> map) {
+        CompletableFuture<T> f = new CompletableFuture<>();
         byte[] frame;
         try {
             frame = Wire.encode(action, key, src);
         } catch (InvalidRequestException e) {
-            future.completeExceptionally(e);
-            return future;
+            f.completeExceptionally(e);
+            return f;
         }
-        run(future, () -> {
-            long deadline = action == Action.LOCK ? NO_DEADLINE : requestDeadline();
-            done.accept(future, exchange(frame, key, future.call, deadline, null, false));
+        InetSocketAddress target = new InetSocketAddress(host, port);
+        if (target.isUnresolved()) {
+            f.completeExceptionally(new UnreachableException("cannot resolve " + host, null));
+            return f;
+        }
+        long now = System.nanoTime();
+        long deadline;
+        java.util.function.Supplier<LockingCenterException> onDeadline;
+        if (action == Action.LOCK) {
+            deadline = lockTimeout == null ? NO_DEADLINE : now + lockTimeout.toNanos();
+            onDeadline = () -> new LockTimeoutException(key, lockTimeout);
+        } else {
+            deadline = now + requestTimeout.toNanos();
+            onDeadline = () -> (LockingCenterException) expired(key, null);
+        }
+        boolean grants = action == Action.LOCK || action == Action.TRY_LOCK;
+        V1Reactor.Op op = new V1Reactor.Op(target, frame, grants, connectTimeout.toNanos(), deadline, onDeadline,
+                new V1Reactor.Handler() {
+                    @Override
+                    public void answer(int b) {
+                        run(() -> {
+                            T value;
+                            try {
+                                value = map.map(b);
+                            } catch (LockingCenterException e) {
+                                f.completeExceptionally(e);
+                                return;
+                            }
+                            completeOrGiveBack(f, value, grants && b == Wire.OK, key);
+                        });
+                    }
+
+                    @Override
+                    public void failed(LockingCenterException e) {
+                        run(() -> f.completeExceptionally(e));
+                    }
+
+                    @Override
+                    public void grantAfterGiveUp() {
+                        releaseAsync(key);
+                    }
+                });
+        f.whenComplete((v, e) -> {
+            if (op.claim()) {
+                reactor.abandon(op);
+            }
         });
-        return future;
+        reactor.start(op);
+        return f;
     }
 
     /** An async unlock or reset: completes with null on '+', fails as {@link #okResult} says otherwise. */
     private CompletableFuture<Void> submitOk(Action action, String key, String src) {
-        return submit(action, key, src, (f, answer) -> {
-            okResult(action, key, answer);
-            f.complete(null);
+        return async(action, key, src, null, b -> {
+            okResult(action, key, b);
+            return null;
         });
     }
 
@@ -319,19 +370,12 @@ public final class LockingCenter {
         return exchange(frame, key, new Call(), requestDeadline(), null, true);
     }
 
-    private void run(CompletableFuture<?> future, Runnable task) {
+    /** Runs a completion on the executor (inline if it refuses), never on the selector thread's time. */
+    private void run(Runnable task) {
         try {
-            executor.execute(() -> {
-                try {
-                    task.run();
-                } catch (CancellationException e) {
-                    future.cancel(false);
-                } catch (Throwable e) {
-                    future.completeExceptionally(e);
-                }
-            });
+            executor.execute(task);
         } catch (RejectedExecutionException e) {
-            future.completeExceptionally(new LockingCenterException("executor rejected the request", e));
+            task.run();
         }
     }
 
@@ -341,8 +385,23 @@ public final class LockingCenter {
      */
     private <T> void completeOrGiveBack(CompletableFuture<T> f, T value, boolean granted, String key) {
         if (!f.complete(value) && granted) {
-            releaseQuietly(key);
+            releaseAsync(key);
         }
+    }
+
+    /** Unlocks a key nobody owns any more (a grant that crossed a give-up), without waiting. */
+    private void releaseAsync(String key) {
+        unlockAsync(key).whenComplete((v, e) -> {
+            if (e != null) {
+                LOG.log(System.Logger.Level.WARNING, "unlocking {0} after a grant that crossed a give-up: {1}",
+                        Wire.quote(key), e.toString());
+            }
+        });
+    }
+
+    /** Whether no async request is in progress: for tests. */
+    boolean asyncIdle() {
+        return reactor.idle();
     }
 
     private void releaseQuietly(String key) {
@@ -631,8 +690,9 @@ public final class LockingCenter {
             return this;
         }
 
-        /** Executor that runs the async calls (each one blocks a thread while it waits); default a
-         *  shared pool of daemon threads. */
+        /** Executor that completes the async calls' futures (and so runs their non-async callbacks);
+         *  default {@link ForkJoinPool#commonPool()}. The calls themselves wait on one selector thread,
+         *  not on this executor. */
         public Builder executor(Executor executor) {
             this.executor = executor;
             return this;
@@ -642,14 +702,5 @@ public final class LockingCenter {
         public LockingCenter build() {
             return new LockingCenter(this);
         }
-    }
-
-    private static final class DefaultExecutor {
-        private static final AtomicInteger COUNT = new AtomicInteger();
-        static final ExecutorService INSTANCE = Executors.newCachedThreadPool(r -> {
-            Thread t = new Thread(r, "locking-center-" + COUNT.incrementAndGet());
-            t.setDaemon(true);
-            return t;
-        });
     }
 }

@@ -12,4 +12,9 @@ public class RefusedException extends LockingCenterException {
     public RefusedException(String message) {
         super(message);
     }
+
+    /** Creates the exception with a message and the cause (may be null). */
+    public RefusedException(String message, Throwable cause) {
+        super(message, cause);
+    }
 }

@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -19,7 +20,8 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Executor;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
@@ -46,20 +48,13 @@ class ClientBehaviourTest {
         assertArrayEquals(Vectors.hex("02016b0161"), fake.frames.get(1));
     }
 
-    /** An executor that runs each task in a new thread and records the threads in {@code workers}. */
-    private static Executor threadRecording(List<Thread> workers) {
-        return task -> {
-            Thread t = new Thread(task, "worker-" + workers.size());
-            workers.add(t);
-            t.start();
-        };
-    }
-
-    /** Waits for the one worker that ran the async call to finish, give-back included. */
-    private static void joinTheWorker(List<Thread> workers) throws InterruptedException {
-        assertEquals(1, workers.size());
-        workers.get(0).join(5000);
-        assertFalse(workers.get(0).isAlive(), "worker still running after the server closed");
+    /** Waits until the client has no async request in progress (its selector thread has ended). */
+    private static void awaitAsyncIdle(LockingCenter lc) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (!lc.asyncIdle()) {
+            assertTrue(System.nanoTime() < deadline, "async requests still in progress after 5 s");
+            Thread.sleep(10);
+        }
     }
 
     /**
@@ -71,15 +66,14 @@ class ClientBehaviourTest {
     private static CompletableFuture<?> assertCancelGivesBack(Action action,
             Function<LockingCenter, CompletableFuture<?>> call, String why) throws Exception {
         try (FakeServer fake = grantingAfterHangUp(action)) {
-            List<Thread> workers = new CopyOnWriteArrayList<>();
-            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a")
-                    .executor(threadRecording(workers)).build();
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").build();
             CompletableFuture<?> f = call.apply(lc);
             assertTrue(fake.received.await(3, TimeUnit.SECONDS));
             assertTrue(f.cancel(true));
             assertTrue(hungUp(fake), "server did not see the hang-up");
-            // The stand-in granted after the hang-up: the client must give the key back.
-            joinTheWorker(workers);
+            // The stand-in granted after the hang-up: the client must give the key back, once.
+            assertTrue(fake.awaitFrames(2, 3000), why);
+            awaitAsyncIdle(lc);
             assertGivenBack(fake, why);
             return f;
         }
@@ -260,18 +254,14 @@ class ClientBehaviourTest {
     @Test
     void cancelWithoutAGrantSendsNoUnlock() throws Exception {
         try (FakeServer fake = new FakeServer(f -> f[0] == Action.LOCK.code() ? FakeServer.HOLD : (int) '+')) {
-            List<Thread> workers = new CopyOnWriteArrayList<>();
-            Executor threads = threadRecording(workers);
-            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(threads).build();
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").build();
             CompletableFuture<HeldLock> f = lc.lockAsync("k");
             assertTrue(fake.received.await(3, TimeUnit.SECONDS));
             assertTrue(f.cancel(true));
             assertTrue(hungUp(fake), "server did not see the hang-up");
-            // The stand-in withdrew the waiter without answering: once the worker is done, the Lock
-            // must be the only frame (an unlock here could release someone else's hold).
-            workers.get(0).join(5000);
-            assertFalse(workers.get(0).isAlive(), "worker still reading after the server closed");
-            assertEquals(1, workers.size());
+            // The stand-in withdrew the waiter without answering: once the request has ended, the
+            // Lock must be the only frame (an unlock here could release someone else's hold).
+            awaitAsyncIdle(lc);
             assertEquals(1, fake.frames.size());
         }
     }
@@ -299,15 +289,17 @@ class ClientBehaviourTest {
     }
 
     @Test
-    void asyncCallsRunOnTheGivenExecutor() throws Exception {
+    void asyncCallsAreCompletedOnTheGivenExecutor() throws Exception {
         try (FakeServer fake = new FakeServer(f -> f[0] == Action.TRY_LOCK.code() ? (int) '#' : (int) '+')) {
-            // An executor that only queues: nothing runs until the test hands a task to a named thread.
-            List<Runnable> tasks = new CopyOnWriteArrayList<>();
-            Executor queue = tasks::add;
-            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(queue).build();
+            // An executor that only queues: nothing completes until the test runs a task in a named thread.
+            BlockingQueue<Runnable> tasks = new LinkedBlockingQueue<>();
+            LockingCenter lc = LockingCenter.builder().address(fake.address()).source("a").executor(tasks::add).build();
             CompletableFuture<HeldLock> lock = lc.lockAsync("k");
+            Runnable first = tasks.poll(3, TimeUnit.SECONDS);
             CompletableFuture<Boolean> tryLock = lc.tryLockAsync("k");
-            assertEquals(2, tasks.size(), "each async call is one task for the given executor");
+            Runnable second = tasks.poll(3, TimeUnit.SECONDS);
+            assertNotNull(first, "the answer to the lock is one task for the given executor");
+            assertNotNull(second, "the answer to the try-lock is one task for the given executor");
             assertFalse(lock.isDone());
             assertFalse(tryLock.isDone());
 
@@ -315,16 +307,55 @@ class ClientBehaviourTest {
             AtomicReference<String> triedIn = new AtomicReference<>();
             lock.whenComplete((v, e) -> lockedIn.set(Thread.currentThread().getName()));
             tryLock.whenComplete((v, e) -> triedIn.set(Thread.currentThread().getName()));
-            runIn("custom-executor-1", tasks.get(0));
-            runIn("custom-executor-2", tasks.get(1));
+            runIn("custom-executor-1", first);
+            runIn("custom-executor-2", second);
 
             assertEquals("k", lock.getNow(null).key());
             assertEquals(Boolean.FALSE, tryLock.getNow(null));
             assertEquals("custom-executor-1", lockedIn.get());
             assertEquals("custom-executor-2", triedIn.get());
-            assertEquals(2, tasks.size());
+            assertTrue(tasks.isEmpty());
             assertArrayEquals(Vectors.hex("01016b0161"), fake.frames.get(0));
             assertArrayEquals(Vectors.hex("05016b0161"), fake.frames.get(1));
+        }
+    }
+
+    @Test
+    void pendingLockAsyncCallsHoldNoThreads() throws Exception {
+        // 200 Locks that the stand-in never answers: they wait on one selector thread.
+        try (ServerSocket server = new ServerSocket(0, 300, InetAddress.getLoopbackAddress())) {
+            List<Socket> accepted = new CopyOnWriteArrayList<>();
+            Thread acceptor = new Thread(() -> {
+                try {
+                    while (true) {
+                        accepted.add(server.accept());
+                    }
+                } catch (IOException e) {
+                    // closed by the test
+                }
+            });
+            acceptor.start();
+            LockingCenter lc = new LockingCenter("127.0.0.1:" + server.getLocalPort(), "a");
+            int before = Thread.activeCount();
+            List<CompletableFuture<HeldLock>> calls = new ArrayList<>();
+            for (int i = 0; i < 200; i++) {
+                calls.add(lc.lockAsync("k" + i));
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (accepted.size() < 200 && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertEquals(200, accepted.size(), "all 200 requests connected");
+            int during = Thread.activeCount();
+            System.out.println("v1: 200 pending lockAsync: threads " + before + " -> " + during);
+            assertTrue(during - before <= 2, "threads grew from " + before + " to " + during);
+            calls.forEach(c -> c.cancel(true));
+            awaitAsyncIdle(lc);
+            server.close();
+            acceptor.join(5000);
+            for (Socket s : accepted) {
+                s.close();
+            }
         }
     }
 

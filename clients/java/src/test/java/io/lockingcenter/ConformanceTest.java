@@ -9,10 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import java.io.IOException;
-import java.io.InputStream;
-import java.net.HttpURLConnection;
-import java.net.URI;
-import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -190,29 +186,14 @@ class ConformanceTest {
 
     // ---------------------------------------------------------------- JSON API helpers
 
-    /** GET /api/v1/keys/{key}: the parsed JSON, or null when the answer is not a 200. */
+    /** GET /api/v1/keys/{key}: the JSON as a map, or null when the key is not held. */
     @SuppressWarnings("unchecked")
     private static Map<String, Object> keyInfo(String k) {
         if (web == null || web.isEmpty()) {
             return null;
         }
-        try {
-            String path = "/api/v1/keys/" + URLEncoder.encode(k, StandardCharsets.UTF_8).replace("+", "%20");
-            HttpURLConnection c = (HttpURLConnection) URI.create("http://" + web + path).toURL().openConnection();
-            c.setConnectTimeout(2000);
-            c.setReadTimeout(2000);
-            int code = c.getResponseCode();
-            if (code != 200) {
-                c.disconnect();
-                return null;
-            }
-            try (InputStream in = c.getInputStream()) {
-                Object v = Json.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
-                return v instanceof Map ? (Map<String, Object>) v : null;
-            }
-        } catch (IOException | IllegalArgumentException e) {
-            return null;
-        }
+        com.fasterxml.jackson.databind.JsonNode n = TestServer.keyInfo(web, k);
+        return n == null ? null : TestServer.JSON.convertValue(n, Map.class);
     }
 
     /** The number of waiters in a key's JSON, or -1 when it has no "queue" list. */

@@ -23,7 +23,7 @@ final class Vectors {
 
     @SuppressWarnings("unchecked")
     static Map<String, Object> load() throws IOException {
-        return (Map<String, Object>) Json.parse(Files.readString(path(), StandardCharsets.UTF_8));
+        return TestServer.JSON.readValue(Files.readString(path(), StandardCharsets.UTF_8), Map.class);
     }
 
     @SuppressWarnings("unchecked")
@@ -33,7 +33,7 @@ final class Vectors {
 
     /** The action of a frame or invalid entry. */
     static Action action(Map<String, Object> v) {
-        return Action.fromCode(((Double) v.get("action")).intValue());
+        return Action.fromCode(((Number) v.get("action")).intValue());
     }
 
     static byte[] hex(String hex) {

@@ -148,7 +148,14 @@ func writeTemp(fsys FS, tmp string, data []byte) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeSync(f, data, tmp); err != nil {
+	err = writeAll(f, data, tmp)
+	if err == nil {
+		failpoint("compact-temp-written")
+		if err = f.Sync(); err != nil {
+			err = pathError("fsync", tmp, err)
+		}
+	}
+	if err != nil {
 		f.Close()
 		if rerr := fsys.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			err = errors.Join(err, fmt.Errorf("remove %s: %w", tmp, rerr))
@@ -187,15 +194,18 @@ func commitTemp(fsys FS, f File, tmp, path, dir string, tail []byte) (moved bool
 		return abandon(fmt.Errorf("open folder %s to fsync it: %w", dir, err))
 	}
 	defer d.Close() // read-only: closing it reports nothing about the disk
+	failpoint("compact-temp-synced")
 	if err := fsys.Rename(tmp, path); err != nil {
 		return abandon(err) // *os.LinkError: names both files
 	}
+	failpoint("compact-renamed")
 	f = renamed(f, path)
 	// Sync the folder so the rename itself survives a crash (etcd does
 	// the same for its WAL).
 	if err := d.Sync(); err != nil {
 		return true, f, pathError("fsync", dir, err)
 	}
+	failpoint("compact-folder-synced")
 	return true, f, nil
 }
 

@@ -163,6 +163,9 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 	if l.onFsync == nil {
 		l.onFsync = func(time.Duration) {}
 	}
+	if failpointsOn && failpointFloor() > 0 {
+		l.floor = failpointFloor()
+	}
 	if l.floor <= 0 {
 		l.floor = DefaultCompactFloor
 	}
@@ -704,6 +707,10 @@ func (l *Log) commit(batch []*request, buf []byte) []byte {
 	if err != nil {
 		err = l.fail(err)
 	} else {
+		failpoint("fsync-before-answer")
+		if failpointsOn && hasRelease(batch) {
+			failpoint("release-before-apply")
+		}
 		l.size.Add(int64(len(buf)))
 		for _, r := range batch {
 			l.records.Add(uint64(r.records))
@@ -735,6 +742,7 @@ func (l *Log) writeBatch(buf []byte) error {
 	if err := writeAll(l.f, buf, l.path); err != nil {
 		return err
 	}
+	failpoint("append-before-fsync")
 	start := time.Now()
 	var err error
 	if s, ok := l.f.(appendSyncer); ok && len(buf) <= smallAppend && l.lastSync < quickSync {
@@ -749,6 +757,18 @@ func (l *Log) writeBatch(buf []byte) error {
 		return pathError("fsync", l.path, err)
 	}
 	return nil
+}
+
+// hasRelease reports whether a batch releases a key (for a failpoint).
+func hasRelease(batch []*request) bool {
+	for _, r := range batch {
+		for _, o := range r.ops {
+			if o.typ == typeRelease || o.typ == typeReleaseV1 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fail makes err sticky: every later record is refused with it.

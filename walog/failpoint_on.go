@@ -1,0 +1,85 @@
+//go:build failpoints
+
+package walog
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// This file is built only with -tags failpoints, for the crash tests: it
+// makes a failpoint kill the process with SIGKILL, at once, as a power cut
+// of the process would, at a chosen pass through a chosen place.
+//
+// LC_FAILPOINT=name:n[,name:n...] kills the process the n-th time it
+// passes the place name (n ≥ 1). Just before, it writes one line to
+// standard error, "failpoint <name> reached (pass <n>): SIGKILL", which the
+// test counts. LC_COMPACT_FLOOR=bytes lowers the compaction floor, so that
+// a short run compacts often enough to reach the compaction points.
+//
+// The places (Failpoints lists them):
+//
+//	append-before-fsync      a batch is written, not yet fsynced
+//	fsync-before-answer      a batch is fsynced; no caller answered, so no '+' sent
+//	release-before-apply     a batch with a release is fsynced; the release not yet applied
+//	compact-temp-written     a rewrite's temporary file is written, not fsynced
+//	compact-temp-synced      the temporary file is whole and fsynced, not renamed
+//	compact-renamed          renamed over the log, the folder not fsynced
+//	compact-folder-synced    the folder is fsynced: the rewrite is durable
+const failpointsOn = true
+
+// Failpoints names every crash point, in the order a lock and a
+// compaction pass them.
+var Failpoints = []string{
+	"append-before-fsync", "fsync-before-answer", "release-before-apply",
+	"compact-temp-written", "compact-temp-synced", "compact-renamed", "compact-folder-synced",
+}
+
+// armed maps a place to its pass counter and the pass that kills; built
+// once at start from LC_FAILPOINT and read-only afterwards.
+var armed = parseFailpoints(os.Getenv("LC_FAILPOINT"))
+
+type arm struct {
+	passes atomic.Int64
+	at     int64
+}
+
+func parseFailpoints(v string) map[string]*arm {
+	m := make(map[string]*arm)
+	for f := range strings.SplitSeq(v, ",") {
+		if f == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(f, ":")
+		at, err := strconv.ParseInt(n, 10, 64)
+		if !ok || err != nil || at < 1 {
+			fmt.Fprintf(os.Stderr, "LC_FAILPOINT=%q: want name:n with n ≥ 1\n", v)
+			os.Exit(2)
+		}
+		m[name] = &arm{at: at}
+	}
+	return m
+}
+
+// failpoint kills the process at the armed pass through name.
+func failpoint(name string) {
+	a := armed[name]
+	if a == nil {
+		return
+	}
+	if n := a.passes.Add(1); n == a.at {
+		fmt.Fprintf(os.Stderr, "failpoint %s reached (pass %d): SIGKILL\n", name, n)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; nothing more may happen here
+	}
+}
+
+// failpointFloor is LC_COMPACT_FLOOR, or 0.
+func failpointFloor() int64 {
+	n, _ := strconv.ParseInt(os.Getenv("LC_COMPACT_FLOOR"), 10, 64)
+	return n
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -257,7 +258,7 @@ func (r *report) markdown(chart string) string {
 		if !h.met {
 			verdict = "missed"
 		}
-		p("| %s | %.2f× | %s (%s) |\n", h.what, h.ratio, h.target, verdict)
+		p("| %s | %s× | %s (%s) |\n", h.what, sig3(h.ratio), h.target, verdict)
 	}
 	if s, ok := r.get(wC, nC, "lc-session"); ok {
 		p("\nSession C fairness: Jain's index %.4f, %d FIFO overtakes in %s acquisitions.\n", s.Jain, s.Overtakes, thousands(float64(s.Grants)))
@@ -377,6 +378,17 @@ func (r *report) markdown(chart string) string {
 		}
 	}
 	return b.String()
+}
+
+// sig3 formats x with three significant figures, trailing zeros kept
+// (2.00, 0.897, 12.3), so that a ratio just under a target does not read as
+// on it.
+func sig3(x float64) string {
+	if x <= 0 {
+		return strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	decimals := max(0, 2-int(math.Floor(math.Log10(x))))
+	return strconv.FormatFloat(x, 'f', decimals, 64)
 }
 
 // argString quotes the command line's arguments for a shell.

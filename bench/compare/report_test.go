@@ -95,6 +95,14 @@ func TestReportWritesReadmeChartAndResults(t *testing.T) {
 	}
 }
 
+func TestSig3(t *testing.T) {
+	for x, want := range map[float64]string{2: "2.00", 0.897: "0.897", 0.8999: "0.900", 12.34: "12.3", 1.05: "1.05", 150: "150"} {
+		if got := sig3(x); got != want {
+			t.Errorf("sig3(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
 func TestPlanTakesSystemsInTurn(t *testing.T) {
 	systems := []*system{{name: "a"}, {name: "b"}, {name: "c", floor: true}}
 	first := func(round int) string { return plan([]string{wA}, systems, round)[0].system }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -240,7 +241,9 @@ func (s *servers) startRedis(ctx context.Context, retry time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("redis-server not found (run install.sh): %w", err)
 	}
-	s.versions["redis"] = versionOf(bin, "--version")
+	// "Redis server v=7.0.15 sha=… malloc=… bits=64 build=…": name and version.
+	v := strings.Fields(versionOf(bin, "--version"))
+	s.versions["redis"] = strings.Join(v[:min(3, len(v))], " ")
 	port, err := freePort()
 	if err != nil {
 		return err

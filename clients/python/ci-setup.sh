@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the Python client's tests need: python3 (>= 3.9) and pytest.
+# Installs what the Python client's tests need: python3 (>= 3.11) and pytest.
 # Idempotent; does nothing when both are already there.
 set -euo pipefail
 

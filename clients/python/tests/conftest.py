@@ -86,3 +86,87 @@ def wait_for_queue(web_address, key, length, deadline=5.0):
             return info
         time.sleep(0.02)
     raise AssertionError("queue of %r did not reach %d entries in %gs; last: %r" % (key, length, deadline, info))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class OwnServer:
+    """A server of this test's own, from $LC_SERVER_BIN, on free loopback ports.
+
+    ``start()`` waits for GET /readyz 200; ``stop()`` sends SIGTERM to the PID
+    and waits for it.  ``start()`` again reuses the same ports and settings
+    (a restart).
+    """
+
+    def __init__(self, tmp_path, **env):
+        self.bin = env_or_skip("LC_SERVER_BIN")
+        self.tcp_port, self.web_port = free_port(), free_port()
+        self.address = "127.0.0.1:%d" % self.tcp_port
+        self.web_address = "127.0.0.1:%d" % self.web_port
+        self.env = dict(os.environ, BIND_ADDRESS=self.address, WEB_ADDRESS=self.web_address)
+        self.env.update({k: str(v) for k, v in env.items()})
+        self.log_path = tmp_path / ("server-%d.log" % self.tcp_port)
+        self.proc = None
+
+    def start(self, deadline=10.0):
+        import subprocess
+
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([self.bin], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise AssertionError("server exited with %s; log:\n%s" % (self.proc.returncode, self.log_path.read_text()))
+            try:
+                with urllib.request.urlopen("http://%s/readyz" % self.web_address, timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise AssertionError("server not ready in %gs; log:\n%s" % (deadline, self.log_path.read_text()))
+
+    def stop(self):
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """Factory of servers of the test's own; every one is stopped at teardown."""
+    servers = []
+
+    def make(**env):
+        servers.append(OwnServer(tmp_path, **env))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+def web_json(web_address, path, method="GET", body=None):
+    """Call the JSON API; the decoded answer (None for 404)."""
+    data = (b"" if method == "POST" else None) if body is None else json.dumps(body).encode()
+    req = urllib.request.Request("http://%s%s" % (web_address, path), data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from locking_center import (
+    CancelEvent,
     AsyncClient,
     Client,
     InvalidRequestError,
@@ -346,7 +347,7 @@ def give_up_sync_timeout(fake):
 
 
 def give_up_sync_cancel(fake):
-    cancel = threading.Event()
+    cancel = CancelEvent()
     threading.Thread(target=lambda: fake.got_frame.wait(5) and cancel.set(), daemon=True).start()
     return _raised(LockCancelledError, lambda: Client(fake.address, source="svc-a").lock("abc", cancel=cancel))
 

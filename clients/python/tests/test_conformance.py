@@ -11,6 +11,7 @@ import pytest
 from conftest import key_info, unused_address, wait_for_queue
 
 from locking_center import (
+    CancelEvent,
     AsyncClient,
     Client,
     InvalidRequestError,
@@ -112,7 +113,7 @@ def test_timeout_withdraws_waiter(client, server_address, web_address, key):
 
 def test_cancel_event_withdraws_waiter(client, server_address, web_address, key, pool):
     waiter = Client(server_address, source="py-waiter")
-    cancel = threading.Event()
+    cancel = CancelEvent()
     client.lock(key)
     fut = pool.submit(waiter.lock, key, cancel=cancel, timeout=10)
     wait_for_queue(web_address, key, 1)

@@ -15,7 +15,7 @@ won.
 from __future__ import annotations
 
 import enum
-from typing import Tuple, Union
+from typing import NamedTuple, Tuple, Union
 
 from .errors import InvalidRequestError, ProtocolError
 
@@ -117,3 +117,109 @@ def parse_address(address: Address) -> Tuple[str, int]:
     if not 0 < port < 65536:
         raise InvalidRequestError("address %r: port out of range" % address)
     return host or "localhost", port
+
+
+# -- sessions (first byte 16) ------------------------------------------------
+#
+# Open, 16 + s + a bytes, and its 13-byte answer::
+#
+#     +--------+---------+--------+--------+------------+--------+----------+------+
+#     | 16     | version | ttl_ms | resume | sourceSize | source | authSize | auth |
+#     | 1 B    | 1 B = 1 | 4 B    | 8 B    | 1 B = s    | s B    | 1 B = a  | a B  |
+#     +--------+---------+--------+--------+------------+--------+----------+------+
+#     answer: [status:1][ttl_ms:4][session:8]
+#
+# Request, 14 + k bytes, and its 13-byte answer::
+#
+#     +--------+-----+-------+---------+-----+
+#     | action | id  | token | keySize | key |
+#     | 1 B    | 4 B | 8 B   | 1 B = k | k B |
+#     +--------+-----+-------+---------+-----+
+#     answer: [id:4][status:1][token:8]
+#
+# Integers are big-endian and unsigned.
+
+SESSION_OPEN = 16
+SESSION_VERSION = 1
+ANSWER_SIZE = 13
+MAX_ID = 0xFFFFFFFF
+MAX_TOKEN = 0xFFFFFFFFFFFFFFFF
+
+
+class SessionAction(enum.IntEnum):
+    """Action numbers of the requests inside a session."""
+
+    LOCK = 1
+    UNLOCK = 2
+    RESET_BY_KEY = 3
+    RESET_BY_SOURCE = 4
+    TRY_LOCK = 5
+    CANCEL = 6
+    PING = 7
+    CLOSE = 8
+
+
+# Actions whose key field must hold 1..127 bytes; ResetBySource carries an
+# optional source there, and Cancel, Ping and Close send none.
+_NEEDS_KEY = frozenset((SessionAction.LOCK, SessionAction.UNLOCK, SessionAction.RESET_BY_KEY, SessionAction.TRY_LOCK))
+
+
+class OpenAnswer(NamedTuple):
+    """The server's 13-byte answer to an open: status byte, TTL granted, session id."""
+
+    status: int
+    ttl_ms: int
+    session: int
+
+
+class SessionAnswer(NamedTuple):
+    """A 13-byte answer to a session request: the request's id, status byte, token."""
+
+    id: int
+    status: int
+    token: int
+
+
+def _uint(value: int, bits: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < (1 << bits):
+        raise InvalidRequestError("%s must be an integer in 0..%d, not %r" % (what, (1 << bits) - 1, value))
+    return value
+
+
+def encode_open(version: int, ttl_ms: int, resume: int, source: Text, auth: Text) -> bytes:
+    """Encode a session open (``resume`` 0: a new session), validating it first."""
+    s = _encode_field(source, "source")
+    a = _encode_field(auth, "auth")
+    head = bytes((SESSION_OPEN, _uint(version, 8, "version")))
+    head += _uint(ttl_ms, 32, "ttl_ms").to_bytes(4, "big") + _uint(resume, 64, "resume").to_bytes(8, "big")
+    return head + bytes((len(s),)) + s + bytes((len(a),)) + a
+
+
+def decode_open_answer(data: bytes) -> OpenAnswer:
+    """Decode the 13-byte answer to an open."""
+    if len(data) != ANSWER_SIZE:
+        raise ProtocolError("an open answer is %d bytes, not %d" % (ANSWER_SIZE, len(data)))
+    return OpenAnswer(data[0], int.from_bytes(data[1:5], "big"), int.from_bytes(data[5:13], "big"))
+
+
+def encode_request(action: int, id: int, token: int, key: Text) -> bytes:
+    """Encode one session request, validating it first.
+
+    Lock, TryLock, Unlock and ResetByKey need a key of 1..127 bytes;
+    ResetBySource carries the source to reset (0..127 bytes, empty: the
+    peer's IP) in the key field; Cancel, Ping and Close send ``b""``.
+    """
+    try:
+        act = SessionAction(action)
+    except ValueError:
+        raise InvalidRequestError("unknown session action %r" % (action,)) from None
+    k = encode_key(key) if act in _NEEDS_KEY else _encode_field(key, "key")
+    head = bytes((act,)) + _uint(id, 32, "id").to_bytes(4, "big") + _uint(token, 64, "token").to_bytes(8, "big")
+    return head + bytes((len(k),)) + k
+
+
+def decode_answer(data: bytes) -> SessionAnswer:
+    """Decode one 13-byte session answer."""
+    if len(data) != ANSWER_SIZE:
+        raise ProtocolError("a session answer is %d bytes, not %d" % (ANSWER_SIZE, len(data)))
+    return SessionAnswer(int.from_bytes(data[0:4], "big"), data[4], int.from_bytes(data[5:13], "big"))

@@ -11,6 +11,7 @@ from typing import Optional, Type
 
 from . import _protocol as proto
 from ._protocol import Action, Address, Text
+from .cancel import CancelEvent, check_cancel
 from .errors import (
     LockCancelledError,
     LockingCenterError,
@@ -23,8 +24,6 @@ from .errors import (
 
 __all__ = ["Client", "HeldLock"]
 
-# How often a waiting lock looks at its ``cancel`` event.
-_CANCEL_POLL = 0.05
 # How long a request given up still reads after closing its write side.
 _HANG_UP_GRACE = 2.0
 
@@ -161,7 +160,7 @@ class Client(_ClientBase):
         key: Text,
         *,
         timeout: Optional[float] = None,
-        cancel: Optional[threading.Event] = None,
+        cancel: Optional[CancelEvent] = None,
     ) -> HeldLock:
         """Wait for the key in FIFO order and hold it.
 
@@ -171,8 +170,8 @@ class Client(_ClientBase):
         :param timeout: seconds to wait at most; then the connection is closed
             (the server withdraws the waiter) and :class:`LockTimeoutError`
             is raised.
-        :param cancel: a :class:`threading.Event`; setting it from another
-            thread gives up the wait with :class:`LockCancelledError`.
+        :param cancel: a :class:`CancelEvent`; setting it from another
+            thread gives up the wait at once with :class:`LockCancelledError`.
         :raises ResetWhileWaitingError: the key or source was reset meanwhile.
         """
         frame = proto.encode_frame(Action.LOCK, key, self._source)
@@ -208,7 +207,7 @@ class Client(_ClientBase):
         key: Text,
         *,
         timeout: Optional[float] = None,
-        cancel: Optional[threading.Event] = None,
+        cancel: Optional[CancelEvent] = None,
     ) -> None:
         """Wait for one's turn on the key: lock it, then unlock it at once."""
         self.lock(key, timeout=timeout, cancel=cancel).unlock()
@@ -239,10 +238,13 @@ class Client(_ClientBase):
         frame: bytes,
         *,
         timeout: Optional[float] = None,
-        cancel: Optional[threading.Event] = None,
+        cancel: Optional[CancelEvent] = None,
         waiting: bool = False,
     ) -> int:
         """Connect, send ``frame`` in one write, read one byte, close."""
+        check_cancel(cancel)
+        if cancel is not None and cancel.is_set():
+            raise LockCancelledError("lock request cancelled")
         if not waiting:
             timeout = self.io_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -266,24 +268,69 @@ class Client(_ClientBase):
                 sock.sendall(frame)
             except OSError as e:
                 raise UnreachableError("sending to %s failed: %s" % (self.address, e)) from e
-            while True:
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    raise self._give_up(sock, frame, self._expired(timeout, waiting))
-                if cancel is not None:
-                    if cancel.is_set():
-                        raise self._give_up(sock, frame, LockCancelledError("lock request cancelled"))
-                    wait = _CANCEL_POLL if wait is None else min(wait, _CANCEL_POLL)
-                sock.settimeout(wait)
+            if cancel is None:
+                return self._read_answer(sock, frame, deadline, timeout, waiting)
+            # Setting the event hangs up at once, from the thread that sets
+            # it: the write side is shut, so the server withdraws the waiter
+            # and closes, which ends the recv below; a grant that crossed the
+            # hang-up is read and given back.  A timer bounds the grace.
+            cancelled = threading.Event()
+            grace = threading.Timer(_HANG_UP_GRACE, _shut, (sock, socket.SHUT_RDWR))
+            grace.daemon = True
+
+            def hang_up() -> None:
+                cancelled.set()
+                _shut(sock, socket.SHUT_WR)
+                grace.start()
+
+            cancel._add(hang_up)
+            try:
+                answer = self._read_answer(sock, frame, deadline, timeout, waiting, cancelled)
+            finally:
+                cancel._remove(hang_up)
+                grace.cancel()
+            if not cancelled.is_set():
+                return answer
+            why = LockCancelledError("lock request cancelled")
+            if answer == proto.OK and self._give_back_frame(frame) is not None:
                 try:
-                    data = sock.recv(1)
-                except socket.timeout:
-                    continue
-                except OSError as e:
-                    raise UnreachableError("connection to %s broke: %s" % (self.address, e)) from e
-                if not data:
-                    raise UnreachableError("%s closed the connection without an answer" % self.address)
-                return data[0]
+                    self._expect_ok(self._give_back_frame(frame), self._GIVE_BACK_WHAT)  # type: ignore[arg-type]
+                except LockingCenterError as e:
+                    why.__cause__ = e
+            raise why
+
+    def _read_answer(
+        self,
+        sock: socket.socket,
+        frame: bytes,
+        deadline: Optional[float],
+        timeout: Optional[float],
+        waiting: bool,
+        cancelled: Optional[threading.Event] = None,
+    ) -> int:
+        """Read the one-byte answer; a cancelled wait returns what the
+        hang-up left to read (-1 for nothing)."""
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            raise self._give_up(sock, frame, self._expired(timeout, waiting))
+        sock.settimeout(wait)
+        try:
+            data = sock.recv(1)
+        except socket.timeout:
+            data = None  # given up below, outside the handler: _give_up chains its own cause
+        except OSError as e:
+            if cancelled is not None and cancelled.is_set():
+                return -1
+            raise UnreachableError("connection to %s broke: %s" % (self.address, e)) from e
+        if data is None:
+            if cancelled is not None and cancelled.is_set():
+                return -1
+            raise self._give_up(sock, frame, self._expired(timeout, waiting))
+        if not data:
+            if cancelled is not None and cancelled.is_set():
+                return -1
+            raise UnreachableError("%s closed the connection without an answer" % self.address)
+        return data[0]
 
     def _give_up(self, sock: socket.socket, frame: bytes, why: BaseException) -> BaseException:
         """Hang up a request given up; return ``why`` (see :meth:`_ClientBase._give_back_frame`)."""
@@ -302,3 +349,10 @@ class Client(_ClientBase):
             except LockingCenterError as e:
                 why.__cause__ = e
         return why
+
+
+def _shut(sock: socket.socket, how: int) -> None:
+    try:
+        sock.shutdown(how)
+    except OSError:  # already closed: the request has ended anyway
+        pass

@@ -12,7 +12,15 @@ subclasses tell the outcomes of a request apart::
     ├── UnreachableError        connect failed or timed out, or no answer came back (also ConnectionError)
     ├── LockTimeoutError        gave up waiting after ``timeout`` seconds (also TimeoutError)
     ├── LockCancelledError      gave up waiting because the ``cancel`` event was set
-    └── ProtocolError           the server answered a byte the protocol does not allow
+    ├── ProtocolError           the server answered a byte the protocol does not allow
+    │
+    │   sessions only:
+    ├── NotHeldError            (also RefusedError) unlock: this session does not hold that grant
+    ├── OutcomeUnknownError     an unlock or reset was sent but its answer was lost
+    ├── DisconnectedError       (also ConnectionError) the connection broke before the answer;
+    │                           the session resumes, the call may be made again
+    ├── SessionLostError        the session ended without close(): every hold it had is gone
+    └── SessionClosedError      the session was closed by close()
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ __all__ = [
     "LockTimeoutError",
     "LockCancelledError",
     "ProtocolError",
+    "NotHeldError",
+    "OutcomeUnknownError",
+    "DisconnectedError",
+    "SessionLostError",
+    "SessionClosedError",
 ]
 
 
@@ -86,9 +99,49 @@ class LockTimeoutError(LockingCenterError, TimeoutError):
 class LockCancelledError(LockingCenterError):
     """The ``cancel`` event was set while the lock request waited.
 
-    The connection was closed, so the server withdrew the waiter.
+    With :class:`~locking_center.Client` the connection was closed; with a
+    session a Cancel was sent.  Either way the server withdrew the waiter,
+    and a grant that crossed the give-up was unlocked again: nothing is held.
     """
 
 
 class ProtocolError(LockingCenterError):
     """The server answered with a byte that is not valid for the request."""
+
+
+class NotHeldError(RefusedError):
+    """A session's unlock was answered ``-``: the session does not hold that
+    grant (it was reset, released already, or belongs to someone else).
+    Nothing was released."""
+
+
+class OutcomeUnknownError(LockingCenterError):
+    """An unlock or a reset whose frame may have reached the server, but
+    whose answer never came (the connection broke, or the call was given up
+    after sending).  It may or may not have taken effect.
+
+    It is never sent again blindly.  A session settles a lost unlock after
+    its resume with an unlock naming the grant's token, which cannot release
+    anything but that grant.
+    """
+
+
+class DisconnectedError(LockingCenterError, ConnectionError):
+    """A session's request was sent on a connection that broke before its
+    answer came.  The session goes on resuming, and the call may be made
+    again.  A lock or try-lock that fails so holds nothing: a grant the server
+    made meanwhile is given back by the session after the resume."""
+
+
+class SessionLostError(LockingCenterError):
+    """The session ended without :meth:`close`: the server refused to resume
+    it (it expired, was ended from the dashboard, or the server restarted
+    without its log), or its TTL passed before a resume succeeded.
+
+    Every hold it had is gone, or goes at the server's expiry: stop using
+    what those locks protected.  Every later call on the session raises it.
+    """
+
+
+class SessionClosedError(LockingCenterError):
+    """The session was closed by :meth:`close`; calls made after it raise this."""

@@ -354,18 +354,24 @@ func TestSessionEndFailsPendingCalls(t *testing.T) {
 }
 
 func TestEchoFloors(t *testing.T) {
-	lc, lp := listenTest(t), listenTest(t)
-	done := make(chan error, 2)
-	go func() { done <- serveEcho(lc, false) }()
-	go func() { done <- serveEcho(lp, true) }()
+	lc, lp, ls := listenTest(t), listenTest(t), listenTest(t)
+	done := make(chan error, 3)
+	go func() { done <- serveEcho(lc, echoConnect) }()
+	go func() { done <- serveEcho(lp, echoPersistent) }()
+	go func() { done <- serveEcho(ls, echoSession) }()
 	ctx := context.Background()
 	cf := &connectFloor{addr: lc.Addr().String()}
 	pf, err := dialPersistentFloor(ctx, lp.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	sess, err := openSession(ctx, ls.Addr().String(), "floor", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}
 	for i := range 10 {
-		for _, c := range []client{cf, pf} {
+		for _, c := range []client{cf, pf, sf} {
 			if err := c.Lock(ctx, ""); err != nil {
 				t.Fatalf("exchange %d: %v", i, err)
 			}
@@ -384,10 +390,14 @@ func TestEchoFloors(t *testing.T) {
 		t.Errorf("connect floor: read %q, %v; want one byte, then EOF", b, err)
 	}
 	_ = conn.Close()
+	if err := sf.Close(); err != nil {
+		t.Errorf("session floor: close: %v", err)
+	}
 	// Closing the listeners ends the servers, persistent connections included.
 	_ = lc.Close()
 	_ = lp.Close()
-	for range 2 {
+	_ = ls.Close()
+	for range 3 {
 		if err := <-done; err != nil {
 			t.Errorf("serveEcho: %v", err)
 		}

@@ -49,8 +49,8 @@ type config struct {
 }
 
 func main() {
-	if len(os.Args) == 4 && os.Args[1] == "echo" {
-		if err := echoMain(os.Args[2], os.Args[3]); err != nil {
+	if len(os.Args) > 1 && os.Args[1] == "echo" {
+		if err := echoMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)
 			os.Exit(1)
 		}

@@ -66,10 +66,10 @@ func TestReportWritesReadmeChartAndResults(t *testing.T) {
 	}
 	for _, want := range []string{
 		"![bench-compare chart](chart.png)",
-		// lc-session is the 4th system: A p50 of samples 160 and 360 µs is 160.
-		"| lc-session | 160 | 360 | 4,000 |",
-		// session A p50 (160) ÷ persistent floor's (80): 2.00, a miss.
-		"| session A p50 ÷ persistent floor A p50 | 2.00× | ≤ 1.05 (missed) |",
+		// lc-session is the 5th system: A p50 of samples 200 and 450 µs is 200.
+		"| lc-session | 200 | 450 | 5,000 |",
+		// session A p50 (200) ÷ persistent floor's (80): 2.50, a miss.
+		"| session A p50 ÷ persistent floor A p50 | 2.50× | ≤ 1.05 (missed) |",
 		// M ÷ B for the same made-up rate is 1.00, met.
 		"| M (one shared session) ÷ session B (32 sessions) | 1.00× | ≥ 1 (met) |",
 		"D (1 lockers) on etcd failed",

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,7 +41,7 @@ type system struct {
 
 // The systems, in the order of the table.
 var systemNames = []string{
-	"floor-connect", "floor-persistent",
+	"floor-connect", "floor-persistent", "floor-session",
 	"lc-v1", "lc-session", "lc-v1-wal", "lc-session-wal",
 	"redis", "etcd", "postgres",
 }
@@ -69,7 +71,7 @@ func startServers(ctx context.Context, s *servers, repo string, chosen map[strin
 		return false
 	}
 
-	if want("floor-connect", "floor-persistent") {
+	if want("floor-connect", "floor-persistent", "floor-session") {
 		if err := s.startEcho(ctx); err != nil {
 			return err
 		}
@@ -124,28 +126,42 @@ func (s *servers) startEcho(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("echo server: find this program: %w", err)
 	}
-	pc, err := freePort()
+	var addrs []string
+	args := []string{"echo"}
+	for _, m := range echoModes {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
+		args = append(args, string(m)+"="+addrs[len(addrs)-1])
+	}
+	connectAddr, persistentAddr, sessionAddr := addrs[0], addrs[1], addrs[2]
+	p, err := s.start("echo", syscall.SIGTERM, nil, nil, self, args...)
 	if err != nil {
 		return err
 	}
-	pp, err := freePort()
-	if err != nil {
-		return err
-	}
-	connectAddr := "127.0.0.1:" + strconv.Itoa(pc)
-	persistentAddr := "127.0.0.1:" + strconv.Itoa(pp)
-	p, err := s.start("echo", syscall.SIGTERM, nil, nil, self, "echo", connectAddr, persistentAddr)
-	if err != nil {
-		return err
-	}
-	if err := waitReady(ctx, p, dialReady(persistentAddr)); err != nil {
-		return err
+	for _, a := range addrs {
+		if err := waitReady(ctx, p, dialReady(a)); err != nil {
+			return err
+		}
 	}
 	s.systems["floor-connect"] = &system{
 		name: "floor-connect", floor: true,
 		what: "connect, 1-byte exchange, server closes: the floor of one request per connection",
 		connect: func(context.Context, int) (client, error) {
 			return &connectFloor{addr: connectAddr}, nil
+		},
+	}
+	s.systems["floor-session"] = &system{
+		name: "floor-session", floor: true, shared: true,
+		what: "the session protocol's frames answered `+` at once by a trivial server, through bench-compare's session driver: what the driver and the framing cost, without a lock table",
+		connect: func(ctx context.Context, id int) (client, error) {
+			sess, err := openSession(ctx, sessionAddr, "bench-"+strconv.Itoa(id), 60_000)
+			if err != nil {
+				return nil, err
+			}
+			return &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}, nil
 		},
 	}
 	s.systems["floor-persistent"] = &system{
@@ -382,29 +398,42 @@ func (s *servers) startPostgres(ctx context.Context) error {
 }
 
 // echoMain is the floors' server, run as this program's "echo" command in a
-// process of its own (as every other server is): on the first address it
-// reads one byte, answers one byte and closes, as a v1 server does; on the
-// second it answers every byte on the same connection. It runs until
-// SIGTERM or SIGINT.
-func echoMain(connectAddr, persistentAddr string) error {
+// process of its own (as every other server is), with MODE=ADDRESS
+// arguments, one listener each (see echoModes). It runs until SIGTERM or
+// SIGINT.
+func echoMain(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	lc, err := listenLoopback(connectAddr)
-	if err != nil {
-		return err
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	var modes []echoMode
+	for _, a := range args {
+		m, addr, ok := strings.Cut(a, "=")
+		if !ok || !slices.Contains(echoModes, echoMode(m)) {
+			return fmt.Errorf("echo: argument %q: want MODE=ADDRESS, MODE one of %v", a, echoModes)
+		}
+		l, err := listenLoopback(addr)
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+		modes = append(modes, echoMode(m))
 	}
-	lp, err := listenLoopback(persistentAddr)
-	if err != nil {
-		_ = lc.Close()
-		return err
+	errs := make(chan error, len(ls))
+	for i, l := range ls {
+		go func() { errs <- serveEcho(l, modes[i]) }()
 	}
-	errs := make(chan error, 2)
-	go func() { errs <- serveEcho(lc, false) }()
-	go func() { errs <- serveEcho(lp, true) }()
 	<-ctx.Done()
-	_ = lc.Close()
-	_ = lp.Close()
-	<-errs
-	<-errs
-	return nil
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	var all []error
+	for range ls {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }

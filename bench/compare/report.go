@@ -63,14 +63,15 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// summary is one cell's figures over its rounds: throughput is the median of
-// the rounds' rates; percentiles are over every sample of every round.
+// summary is one cell's figures over its rounds: each is the median of the
+// rounds' own figures (a round of a busy machine then moves none of them),
+// but overtakes and grants, which are summed.
 type summary struct {
 	Rounds     int     `json:"rounds"`
 	Rate       float64 `json:"cycles_per_second"`
 	P50Micros  float64 `json:"p50_us,omitempty"` // A: cycle; C: handover
 	P99Micros  float64 `json:"p99_us,omitempty"`
-	Jain       float64 `json:"jain,omitempty"`           // C: median over rounds
+	Jain       float64 `json:"jain,omitempty"`           // C
 	Overtakes  int     `json:"fifo_overtakes,omitempty"` // C: all rounds
 	Grants     int     `json:"grants,omitempty"`         // C: all rounds
 	HoldMicros float64 `json:"hold_p50_us,omitempty"`    // C
@@ -79,12 +80,16 @@ type summary struct {
 
 func summarize(c cell, runs []runResult) summary {
 	s := summary{Rounds: len(runs)}
-	var rates, jains []float64
-	var lats, holds []time.Duration
+	var rates, p50s, p99s, jains, holds []float64
 	for _, r := range runs {
 		rates = append(rates, r.rate())
-		lats = append(lats, r.latencies...)
-		holds = append(holds, r.holds...)
+		if len(r.latencies) > 0 {
+			p50s = append(p50s, micros(percentile(r.latencies, 50)))
+			p99s = append(p99s, micros(percentile(r.latencies, 99)))
+		}
+		if len(r.holds) > 0 {
+			holds = append(holds, micros(percentile(r.holds, 50)))
+		}
 		if c.workload == wC {
 			jains = append(jains, jain(r.perClient))
 			s.Overtakes += r.overtakes
@@ -92,16 +97,10 @@ func summarize(c cell, runs []runResult) summary {
 		}
 	}
 	s.Rate = median(rates)
-	if len(lats) > 0 {
-		s.P50Micros = micros(percentile(lats, 50))
-		s.P99Micros = micros(percentile(lats, 99))
-	}
-	if len(jains) > 0 {
-		s.Jain = median(jains)
-	}
-	if len(holds) > 0 {
-		s.HoldMicros = micros(percentile(holds, 50))
-	}
+	s.P50Micros = median(p50s)
+	s.P99Micros = median(p99s)
+	s.Jain = median(jains)
+	s.HoldMicros = median(holds)
 	return s
 }
 
@@ -287,7 +286,7 @@ func (r *report) markdown(chart string) string {
 	p("\n## C: %d clients on one key\n\n", nC)
 	p("Each client locks the key, holds it for %v (nanosleep(2) with 1 ns timer slack, then a busy wait that yields for its last 20 µs: a Go timer's sleep lasts a millisecond here; the median hold really taken is shown), releases it, and locks again at once. ", r.cfg.hold)
 	p("Handover: from the holder starting to send its release to the next holder's grant arriving. ")
-	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares; median of the rounds). ")
+	p("Jain's fairness index over the clients' acquisition counts (1 = equal shares). ")
 	p("FIFO overtakes: grants to a client while a client that started waiting before it still waited, counted once per waiter passed, over all rounds. ")
 	p("A client starts waiting when its request is sent (v1: once connected); a request that the server reads late, behind one sent after it (the machine's scheduling between the send and the server's read), counts as an overtake too.\n\n")
 	p("| system | acquisitions/s | handover p50 µs | handover p99 µs | Jain | FIFO overtakes | acquisitions | hold p50 µs |\n")
@@ -366,7 +365,7 @@ func (r *report) markdown(chart string) string {
 	p("```\nmake bench-compare\n# which runs, in bench/compare:\ngo run .%s\n```\n\n", argString(r.cfg.args))
 	p("- Every run: clients connected first (not timed), %v of warm-up not counted, then %v counted; %d rounds. ", r.cfg.timing.warmup, r.cfg.timing.duration, r.cfg.rounds)
 	p("Each round runs every workload on every system once, starting one system further along each round. ")
-	p("Rates are the median of the rounds; percentiles are over every sample of every round.\n")
+	p("Every figure is the median of the rounds' own figures (a percentile is taken within each round), except overtakes and acquisitions, which are summed.\n")
 	p("- Locking-Center is driven by bench-compare's own v1 and session drivers, written from `docs/protocol.md` (bench/compare/README.md says how they read and write); the peers by go-redis, etcd's clientv3 and pgx.\n")
 	p("- The benchmark's clients run in one Go process (GOMAXPROCS %d) on the same machine as the servers, and share its cores with them.\n", runtime.GOMAXPROCS(0))
 	p("- Every server is a process of its own, started on free 127.0.0.1 ports with its data in a temporary folder, and stopped by PID at the end. ")

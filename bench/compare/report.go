@@ -243,7 +243,8 @@ func (r *report) markdown(chart string) string {
 	p("# bench-compare: Locking-Center beside Redis, etcd and PostgreSQL\n\n")
 	p("One run of `bench-compare` on one machine: every system on 127.0.0.1, the same workloads on each, ")
 	p("in %d rounds that take the systems in turn, so that the machine's drift falls on all of them. ", r.cfg.rounds)
-	p("The floors are a bare TCP exchange with a tiny Go echo server: no lock server can answer faster than they do.\n\n")
+	p("The floors are bare exchanges with a tiny Go server that locks nothing: one byte per connection, one byte on a persistent connection, and the session protocol's frames answered at once. ")
+	p("No lock server can answer faster than they do.\n\n")
 	if chart != "" {
 		p("![bench-compare chart](%s)\n\n", chart)
 	}

@@ -15,6 +15,18 @@ pub fn build(b: *std.Build) void {
     const options = b.addOptions();
     options.addOption([]const u8, "default_vectors", b.pathFromRoot("../../wire/testdata/vectors.json"));
 
+    // The child process of the SIGKILL test.
+    const holder = b.addExecutable(.{
+        .name = "holder",
+        .root_module = b.createModule(.{
+            .root_source_file = b.path("tests/holder.zig"),
+            .target = target,
+            .optimize = optimize,
+            .imports = &.{.{ .name = "locking_center", .module = mod }},
+        }),
+    });
+    options.addOptionPath("holder_path", holder.getEmittedBin());
+
     const unit = b.addTest(.{ .name = "unit", .root_module = mod });
 
     const integration = b.addTest(.{

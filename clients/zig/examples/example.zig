@@ -2,16 +2,26 @@ const std = @import("std");
 const lc = @import("locking_center");
 
 pub fn main() !void {
-    const client = lc.Client.init(try lc.parseAddress("127.0.0.1:22119"), .{ .source = "billing-worker" });
+    var gpa: std.heap.GeneralPurposeAllocator(.{}) = .init;
+    defer _ = gpa.deinit();
+    const allocator = gpa.allocator();
 
-    try client.lock("invoices/2026-11"); // waits its turn (FIFO)
-    defer client.unlock("invoices/2026-11") catch {}; // released when main returns
-    std.debug.print("holding invoices/2026-11\n", .{});
+    const address = std.posix.getenv("LC_ADDRESS") orelse "localhost:22119";
+    const session = try lc.Session.open(allocator, address, .{ .ttl_ms = 10_000, .source = "billing-worker" });
+    defer session.deinit(); // frees it; closes it first if the happy path did not
 
-    client.lockWith("reports", .{ .timeout_ns = 2 * std.time.ns_per_s }) catch |err| switch (err) {
-        error.Timeout => return std.debug.print("reports busy, try later\n", .{}),
+    const key = "invoices/2026-11";
+    const token = try session.lock(key, .{}); // waits its turn (FIFO)
+    errdefer session.release(key, token); // on an error path: released, nothing waits
+    std.debug.print("holding {s} with token {d}\n", .{ key, token });
+    // ... write to the protected resource, passing `token` along ...
+    try session.unlock(key, token); // the happy path reports a failed release
+
+    if (session.lock("reports", .{ .timeout_ns = 2 * std.time.ns_per_s })) |t| {
+        try session.unlock("reports", t);
+    } else |err| switch (err) {
+        error.Timeout => std.debug.print("reports busy, try later\n", .{}),
         else => return err,
-    };
-    defer client.unlock("reports") catch {};
-    std.debug.print("holding reports too\n", .{});
+    }
+    try session.close(); // releases whatever is still held, ends the threads
 }

@@ -1,12 +1,20 @@
-//! Client for Locking-Center, a small distributed lock server.
+//! Client for Locking-Center, a small distributed lock server, on the
+//! standard library alone. POSIX systems (Linux, macOS, the BSDs).
 //!
-//! One request per TCP connection, on the standard library alone: connect
-//! (non-blocking, bounded by poll), write one frame, poll for one answer
-//! byte, close. POSIX systems (Linux, macOS, the BSDs).
+//! - `Session` (recommended): one connection shared by many threads, holds
+//!   that end with their holder, a fencing token with every grant, Ping and
+//!   resume on its own, and a report when the session is lost.
+//! - `Client`: the v1 protocol, one request per TCP connection (connect
+//!   bounded by poll, one frame, one answer byte). Its holds have no owner:
+//!   a key stays held after the program dies, until unlocked or reset.
 //!
-//!     var client = locking_center.Client.init(address, .{ .source = "billing" });
-//!     try client.lock("invoices/2026-11");
-//!     defer client.unlock("invoices/2026-11") catch {};
+//!     const session = try locking_center.Session.open(gpa, "localhost:22119", .{ .ttl_ms = 10_000 });
+//!     defer session.deinit();
+//!     const token = try session.lock("invoices/2026-11", .{});
+//!     errdefer session.release("invoices/2026-11", token);
+//!     // ... work, passing `token` to the resource ...
+//!     try session.unlock("invoices/2026-11", token);
+//!     try session.close();
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -14,6 +22,17 @@ const posix = std.posix;
 
 pub const wire = @import("wire.zig");
 pub const Action = wire.Action;
+pub const session = @import("session.zig");
+pub const Session = session.Session;
+pub const SessionError = session.Error;
+pub const SessionOptions = session.Options;
+pub const LockOptions = session.LockOptions;
+pub const TryResult = session.TryResult;
+pub const LostReason = session.LostReason;
+
+/// The answer timeout of requests that never wait in a queue (TryLock,
+/// Unlock, the resets, Close), the same in every Locking-Center client.
+pub const default_request_timeout_ns: u64 = 30 * std.time.ns_per_s;
 
 /// The server's default TCP port.
 pub const default_port: u16 = 22119;
@@ -59,7 +78,7 @@ pub const Options = struct {
     connect_timeout_ns: u64 = 5 * std.time.ns_per_s,
     /// Time allowed for the answer of calls that never queue (TryLock,
     /// Unlock, the resets); null waits forever.
-    request_timeout_ns: ?u64 = 30 * std.time.ns_per_s,
+    request_timeout_ns: ?u64 = default_request_timeout_ns,
 };
 
 /// How long a Lock or Wait may wait, and how it can be cancelled.
@@ -73,12 +92,24 @@ pub const WaitOptions = struct {
 
 /// Cancels waiting calls from another thread.
 ///
-/// It is a pipe: `cancel` writes one byte that is never read, so every call
+/// `cancel` writes one byte to a pipe that is never read, so every v1 call
 /// polling the token, now or later, wakes up, hangs up its connection (the
-/// server withdraws the waiter) and returns error.Cancelled.
+/// server withdraws the waiter) and returns error.Cancelled; and it wakes
+/// every session Lock waiting under it, which sends Cancel.
 pub const CancelToken = struct {
     fds: [2]posix.fd_t,
     cancelled: std.atomic.Value(bool) = .init(false),
+    /// Guards `waiters`.
+    mu: std.Thread.Mutex = .{},
+    /// Session calls waiting under the token (an intrusive list).
+    waiters: ?*Waiter = null,
+
+    /// A session call waiting under the token: its mutex and condition.
+    pub const Waiter = struct {
+        next: ?*Waiter = null,
+        mutex: *std.Thread.Mutex,
+        cond: *std.Thread.Condition,
+    };
 
     pub fn init() posix.PipeError!CancelToken {
         return .{ .fds = try posix.pipe2(.{ .CLOEXEC = true, .NONBLOCK = true }) };
@@ -94,27 +125,136 @@ pub const CancelToken = struct {
     /// Safe from any thread; more than once is fine.
     pub fn cancel(self: *CancelToken) void {
         if (self.cancelled.swap(true, .acq_rel)) return;
+        // A full pipe still wakes every poll: nothing is lost if it fails.
         _ = posix.write(self.fds[1], "x") catch {};
+        self.mu.lock();
+        defer self.mu.unlock();
+        var w = self.waiters;
+        while (w) |node| : (w = node.next) {
+            // Under the waiter's own mutex, so a waiter that has just seen
+            // the token uncancelled is already waiting when woken.
+            node.mutex.lock();
+            node.cond.broadcast();
+            node.mutex.unlock();
+        }
     }
 
     pub fn isCancelled(self: *const CancelToken) bool {
         return self.cancelled.load(.acquire);
     }
+
+    /// Registers a session call; call without holding its mutex.
+    pub fn addWaiter(self: *CancelToken, node: *Waiter) void {
+        self.mu.lock();
+        defer self.mu.unlock();
+        node.next = self.waiters;
+        self.waiters = node;
+    }
+
+    pub fn removeWaiter(self: *CancelToken, node: *Waiter) void {
+        self.mu.lock();
+        defer self.mu.unlock();
+        var link = &self.waiters;
+        while (link.*) |n| : (link = &n.next) {
+            if (n == node) {
+                link.* = n.next;
+                return;
+            }
+        }
+    }
 };
 
-/// Parses "a.b.c.d:port", "[v6]:port", or an IP without a port (22119).
-/// Host names: resolve them first (std.net.getAddressList) and pass the
-/// std.net.Address to `Client.init`.
-pub fn parseAddress(text: []const u8) error{ InvalidAddress, InvalidPort }!std.net.Address {
-    if (std.net.Address.parseIpAndPort(text)) |addr| {
-        if (addr.getPort() != 0) return addr;
-        var with_default = addr;
-        with_default.setPort(default_port);
-        return with_default;
-    } else |err| {
-        // A bare IPv4 or IPv6 address without brackets.
-        return std.net.Address.parseIp(text, default_port) catch err;
+/// Splits "host:port", "[v6]:port", a bare host or IP (port 22119).
+fn splitHostPort(text: []const u8) error{InvalidPort}!struct { host: []const u8, port: u16 } {
+    if (std.mem.startsWith(u8, text, "[")) {
+        const close = std.mem.indexOfScalar(u8, text, ']') orelse return .{ .host = text, .port = default_port };
+        const host = text[1..close];
+        const rest = text[close + 1 ..];
+        if (rest.len == 0) return .{ .host = host, .port = default_port };
+        if (rest[0] != ':') return error.InvalidPort;
+        return .{ .host = host, .port = std.fmt.parseInt(u16, rest[1..], 10) catch return error.InvalidPort };
     }
+    const colon = std.mem.lastIndexOfScalar(u8, text, ':') orelse return .{ .host = text, .port = default_port };
+    if (std.mem.indexOfScalar(u8, text, ':') != colon) return .{ .host = text, .port = default_port }; // a bare IPv6
+    return .{ .host = text[0..colon], .port = std.fmt.parseInt(u16, text[colon + 1 ..], 10) catch return error.InvalidPort };
+}
+
+/// Connects to `address` ("host:port", names resolved), trying each
+/// resolved address in turn within `timeout_ns` each; a non-blocking
+/// socket, or error.Unreachable.
+pub fn connectHost(gpa: std.mem.Allocator, address: []const u8, timeout_ns: u64) error{ Unreachable, OutOfMemory }!posix.socket_t {
+    const hp = splitHostPort(address) catch return error.Unreachable;
+    if (std.net.Address.parseIp(hp.host, hp.port)) |ip| {
+        return connectAddress(ip, timeout_ns);
+    } else |_| {}
+    const list = std.net.getAddressList(gpa, hp.host, hp.port) catch |e| switch (e) {
+        error.OutOfMemory => return error.OutOfMemory,
+        else => return error.Unreachable,
+    };
+    defer list.deinit();
+    for (list.addrs) |a| {
+        if (connectAddress(a, timeout_ns)) |sock| return sock else |_| {}
+    }
+    return error.Unreachable;
+}
+
+/// A connected, non-blocking TCP socket to `address`, or error.Unreachable.
+fn connectAddress(address: std.net.Address, timeout_ns: u64) error{Unreachable}!posix.socket_t {
+    const sock = posix.socket(
+        address.any.family,
+        posix.SOCK.STREAM | posix.SOCK.NONBLOCK | posix.SOCK.CLOEXEC,
+        posix.IPPROTO.TCP,
+    ) catch return error.Unreachable;
+    errdefer posix.close(sock);
+    posix.connect(sock, &address.any, address.getOsSockLen()) catch |err| switch (err) {
+        error.WouldBlock => {
+            waitWritable(sock, timeout_ns) catch return error.Unreachable; // connect timeout
+            posix.getsockoptError(sock) catch return error.Unreachable;
+        },
+        else => return error.Unreachable,
+    };
+    // Small frames: send them now rather than wait for Nagle.
+    const one: c_int = 1;
+    posix.setsockopt(sock, posix.IPPROTO.TCP, posix.TCP.NODELAY, std.mem.asBytes(&one)) catch {};
+    if (@hasDecl(posix.SO, "NOSIGPIPE")) {
+        posix.setsockopt(sock, posix.SOL.SOCKET, posix.SO.NOSIGPIPE, std.mem.asBytes(&one)) catch {};
+    }
+    return sock;
+}
+
+/// Makes `sock` blocking again (a session's reader blocks in read).
+pub fn setBlocking(sock: posix.socket_t) !void {
+    const flags = try posix.fcntl(sock, posix.F.GETFL, 0);
+    const nonblock: usize = @as(u32, @bitCast(posix.O{ .NONBLOCK = true }));
+    _ = try posix.fcntl(sock, posix.F.SETFL, flags & ~nonblock);
+}
+
+/// Bounds each blocking send on `sock` (SO_SNDTIMEO).
+pub fn setSendTimeout(sock: posix.socket_t, timeout_ns: u64) !void {
+    const tv = posix.timeval{
+        .sec = @intCast(timeout_ns / std.time.ns_per_s),
+        .usec = @intCast((timeout_ns % std.time.ns_per_s) / std.time.ns_per_us),
+    };
+    try posix.setsockopt(sock, posix.SOL.SOCKET, posix.SO.SNDTIMEO, std.mem.asBytes(&tv));
+}
+
+/// Resolves `text` to one address: an IP ("a.b.c.d:port", "[v6]:port",
+/// "::1", a bare IP gets port 22119) as it is, or a host name
+/// ("localhost:22119") through the resolver, preferring an IPv4 address.
+/// A `Session` tries every address a name resolves to; this picks one for
+/// `Client.init`.
+pub fn parseAddress(text: []const u8) error{ InvalidAddress, InvalidPort, UnknownHost }!std.net.Address {
+    const hp = try splitHostPort(text);
+    if (std.net.Address.parseIp(hp.host, hp.port)) |ip| return ip else |_| {}
+    if (hp.host.len == 0 or std.mem.indexOfAny(u8, hp.host, " /[]") != null) return error.InvalidAddress;
+    // The resolver's list and its scratch space fit in a small buffer.
+    var scratch: [16 * 1024]u8 = undefined;
+    var fba = std.heap.FixedBufferAllocator.init(&scratch);
+    const list = std.net.getAddressList(fba.allocator(), hp.host, hp.port) catch return error.UnknownHost;
+    defer list.deinit();
+    if (list.addrs.len == 0) return error.UnknownHost;
+    for (list.addrs) |a| if (a.any.family == posix.AF.INET) return a;
+    return list.addrs[0];
 }
 
 /// A Locking-Center client: an address and a source given once. It holds
@@ -237,27 +377,7 @@ pub const Client = struct {
 
     /// A connected, non-blocking TCP socket, or error.Unreachable.
     fn connect(self: Client) Error!posix.socket_t {
-        const sock = posix.socket(
-            self.address.any.family,
-            posix.SOCK.STREAM | posix.SOCK.NONBLOCK | posix.SOCK.CLOEXEC,
-            posix.IPPROTO.TCP,
-        ) catch return error.Unreachable;
-        errdefer posix.close(sock);
-
-        posix.connect(sock, &self.address.any, self.address.getOsSockLen()) catch |err| switch (err) {
-            error.WouldBlock => {
-                try waitWritable(sock, self.options.connect_timeout_ns); // connect timeout
-                posix.getsockoptError(sock) catch return error.Unreachable;
-            },
-            else => return error.Unreachable,
-        };
-        // One small frame: send it now rather than wait for Nagle.
-        const one: c_int = 1;
-        posix.setsockopt(sock, posix.IPPROTO.TCP, posix.TCP.NODELAY, std.mem.asBytes(&one)) catch {};
-        if (@hasDecl(posix.SO, "NOSIGPIPE")) {
-            posix.setsockopt(sock, posix.SOL.SOCKET, posix.SO.NOSIGPIPE, std.mem.asBytes(&one)) catch {};
-        }
-        return sock;
+        return connectAddress(self.address, self.options.connect_timeout_ns);
     }
 };
 
@@ -266,7 +386,14 @@ const send_flags: u32 = if (@hasDecl(posix.MSG, "NOSIGNAL")) posix.MSG.NOSIGNAL 
 /// Writes the whole frame (in one send unless the socket buffer is full,
 /// which a fresh connection's is not).
 fn sendAll(sock: posix.socket_t, frame: []const u8, timeout_ns: u64) Error!void {
-    var rest = frame;
+    return sendAllTimeout(sock, frame, timeout_ns);
+}
+
+/// Writes all of `data`; on a non-blocking socket waits at most
+/// `timeout_ns` each time the buffer is full (a blocking one is bounded by
+/// its SO_SNDTIMEO).
+pub fn sendAllTimeout(sock: posix.socket_t, data: []const u8, timeout_ns: u64) error{Unreachable}!void {
+    var rest = data;
     while (rest.len > 0) {
         const n = posix.send(sock, rest, send_flags) catch |err| switch (err) {
             error.WouldBlock => {
@@ -280,7 +407,7 @@ fn sendAll(sock: posix.socket_t, frame: []const u8, timeout_ns: u64) Error!void 
 }
 
 /// Polls until `sock` is writable; error.Unreachable when `timeout_ns` passes first.
-fn waitWritable(sock: posix.socket_t, timeout_ns: u64) Error!void {
+fn waitWritable(sock: posix.socket_t, timeout_ns: u64) error{Unreachable}!void {
     var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.OUT, .revents = 0 }};
     const ready = posix.poll(&fds, msCeil(timeout_ns)) catch return error.Unreachable;
     if (ready == 0) return error.Unreachable;
@@ -302,13 +429,14 @@ fn giveUp(sock: posix.socket_t, action: Action, why: Error) Error!bool {
 }
 
 /// Nanoseconds to a poll timeout in milliseconds, rounded up, capped.
-fn msCeil(ns: u64) i32 {
+pub fn msCeil(ns: u64) i32 {
     const ms = (ns + std.time.ns_per_ms - 1) / std.time.ns_per_ms;
     return @intCast(@min(ms, std.math.maxInt(i32)));
 }
 
 test {
     _ = wire;
+    _ = session;
 }
 
 test "parseAddress adds the default port" {
@@ -317,6 +445,10 @@ test "parseAddress adds the default port" {
     try std.testing.expectEqual(@as(u16, 22119), (try parseAddress("[::1]")).getPort());
     try std.testing.expectEqual(@as(u16, 9), (try parseAddress("[::1]:9")).getPort());
     try std.testing.expectEqual(@as(u16, 22119), (try parseAddress("::1")).getPort());
+    // Host names are resolved.
+    const local = try parseAddress("localhost:22119");
+    try std.testing.expectEqual(@as(u16, 22119), local.getPort());
+    try std.testing.expectError(error.InvalidPort, parseAddress("localhost:port"));
 }
 
 test "isRefused groups the refusals" {

@@ -4,4 +4,6 @@ test {
     _ = @import("vectors.zig");
     _ = @import("fake_server.zig");
     _ = @import("conformance.zig");
+    _ = @import("session_vectors.zig");
+    _ = @import("session.zig");
 }

@@ -71,3 +71,116 @@ pub fn waitQueueLen(key: []const u8, want: usize, deadline_ms: u64) ?usize {
         sleepMs(20);
     }
 }
+
+/// One HTTP/1.0 request to `web`; the status, or null when the web port
+/// does not answer. The body is copied into `body_out` (truncated).
+pub fn http(web: []const u8, method: []const u8, path: []const u8, body_out: []u8) ?struct { status: u16, body: []u8 } {
+    const addr = lc.parseAddress(web) catch return null;
+    const stream = std.net.tcpConnectToAddress(addr) catch return null;
+    defer stream.close();
+    var req_buf: [512]u8 = undefined;
+    const req = std.fmt.bufPrint(&req_buf, "{s} {s} HTTP/1.0\r\nHost: {s}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", .{ method, path, web }) catch return null;
+    _ = posix.write(stream.handle, req) catch return null;
+    var resp_buf: [64 * 1024]u8 = undefined;
+    var len: usize = 0;
+    while (len < resp_buf.len) {
+        const n = posix.read(stream.handle, resp_buf[len..]) catch return null;
+        if (n == 0) break;
+        len += n;
+    }
+    const resp = resp_buf[0..len];
+    if (!std.mem.startsWith(u8, resp, "HTTP/1.") or resp.len < 12) return null;
+    const status = std.fmt.parseInt(u16, resp[9..12], 10) catch return null;
+    const at = std.mem.indexOf(u8, resp, "\r\n\r\n") orelse return null;
+    const body = resp[at + 4 ..];
+    const n = @min(body.len, body_out.len);
+    @memcpy(body_out[0..n], body[0..n]);
+    return .{ .status = status, .body = body_out[0..n] };
+}
+
+/// The "token" of held `key` on `web` (GET /api/v1/keys/{key}), or null.
+pub fn keyToken(web: []const u8, key: []const u8) ?u64 {
+    var path_buf: [256]u8 = undefined;
+    const path = std.fmt.bufPrint(&path_buf, "/api/v1/keys/{s}", .{key}) catch return null;
+    var body_buf: [16 * 1024]u8 = undefined;
+    const r = http(web, "GET", path, &body_buf) orelse return null;
+    if (r.status != 200) return null;
+    const parsed = std.json.parseFromSlice(std.json.Value, std.testing.allocator, r.body, .{}) catch return null;
+    defer parsed.deinit();
+    const t = parsed.value.object.get("token") orelse return null;
+    return if (t == .integer) @intCast(t.integer) else null;
+}
+
+fn freePort() !u16 {
+    const any = try std.net.Address.parseIp("127.0.0.1", 0);
+    var server = try any.listen(.{});
+    defer server.deinit();
+    return server.listen_address.getPort();
+}
+
+/// A server of the test's own, from $LC_SERVER_BIN, on free loopback
+/// ports; stopped by PID with SIGTERM.
+pub const OwnServer = struct {
+    bin: []u8,
+    address: [32]u8 = undefined,
+    address_len: usize = 0,
+    web: [32]u8 = undefined,
+    web_len: usize = 0,
+    data_path: ?[]const u8,
+    child: ?std.process.Child = null,
+
+    /// error.SkipZigTest when $LC_SERVER_BIN is unset.
+    pub fn start(data_path: ?[]const u8) !OwnServer {
+        const bin = env("LC_SERVER_BIN") orelse return error.SkipZigTest;
+        var s = OwnServer{ .bin = bin, .data_path = data_path };
+        s.address_len = (try std.fmt.bufPrint(&s.address, "127.0.0.1:{d}", .{try freePort()})).len;
+        s.web_len = (try std.fmt.bufPrint(&s.web, "127.0.0.1:{d}", .{try freePort()})).len;
+        try s.restart();
+        return s;
+    }
+
+    pub fn addr(self: *const OwnServer) []const u8 {
+        return self.address[0..self.address_len];
+    }
+
+    pub fn webAddr(self: *const OwnServer) []const u8 {
+        return self.web[0..self.web_len];
+    }
+
+    /// Starts it (again, same ports and settings); waits for /readyz 200.
+    pub fn restart(self: *OwnServer) !void {
+        const alloc = std.testing.allocator;
+        var env_map = try std.process.getEnvMap(alloc);
+        defer env_map.deinit();
+        try env_map.put("BIND_ADDRESS", self.addr());
+        try env_map.put("WEB_ADDRESS", self.webAddr());
+        if (self.data_path) |p| try env_map.put("DATA_PATH", p);
+        var child = std.process.Child.init(&.{self.bin}, alloc);
+        child.env_map = &env_map;
+        child.stdout_behavior = .Ignore;
+        child.stderr_behavior = .Ignore;
+        try child.spawn();
+        self.child = child;
+        var timer = try std.time.Timer.start();
+        var body: [64]u8 = undefined;
+        while (timer.read() < 10 * std.time.ns_per_s) {
+            if (http(self.webAddr(), "GET", "/readyz", &body)) |r| if (r.status == 200) return;
+            sleepMs(20);
+        }
+        return error.ServerNotReady;
+    }
+
+    /// SIGTERM by PID, then waits for the exit.
+    pub fn stop(self: *OwnServer) void {
+        if (self.child) |*c| {
+            posix.kill(c.id, posix.SIG.TERM) catch {};
+            _ = c.wait() catch {};
+            self.child = null;
+        }
+    }
+
+    pub fn deinit(self: *OwnServer) void {
+        self.stop();
+        std.testing.allocator.free(self.bin);
+    }
+};

@@ -209,18 +209,23 @@ test "conformance: reset by source fails its waiters and frees its keys" {
     try a.unlock(key);
 }
 
-fn deferIdiom(c: lc.Client, key: []const u8) !void {
+/// The README's v1 idiom: errdefer logs a failed release on error paths,
+/// the happy path's `try unlock` reports it.
+fn scopedIdiom(c: lc.Client, key: []const u8, fail: bool) !void {
     try c.lock(key);
-    defer c.unlock(key) catch {};
+    errdefer c.unlock(key) catch |err| std.log.warn("unlock {s}: {s}", .{ key, @errorName(err) });
     try testing.expect(!try c.tryLock(key));
+    if (fail) return error.WorkFailed;
+    try c.unlock(key);
 }
 
-test "conformance: the defer idiom releases the key" {
+test "conformance: the scoped idiom releases the key on both paths" {
     const addr = try server();
     var kb: [64]u8 = undefined;
-    const key = common.uniqueKey(&kb, "defer");
+    const key = common.uniqueKey(&kb, "scoped");
     const c = client(addr, "zig-a");
-    try deferIdiom(c, key);
+    try scopedIdiom(c, key, false);
+    try testing.expectError(error.WorkFailed, scopedIdiom(c, key, true));
     try testing.expect(try c.tryLock(key));
     try c.unlock(key);
 }

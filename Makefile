@@ -14,9 +14,10 @@ export PATH := $(CURDIR)/.ci/tools/bin:$(PATH)
 
 # Tests that `go test ./...` skips on purpose, and where they run instead:
 # the Go client's conformance suite needs a server (clients/run-tests starts
-# one), and the million-key memory test takes minutes under -race (go-test
-# runs it again without -race).
-SKIP_IN_RACE_RUN := ^(TestConformance.*|TestMillionKeysLeaveNoTrace)$$
+# one); the million-key memory test takes minutes under -race (go-test runs
+# it again without -race); TestHelper* are not tests but the child processes
+# of other tests, which start them with their own -test.run.
+SKIP_IN_RACE_RUN := ^(TestConformance.*|TestMillionKeysLeaveNoTrace|TestHelper.*)$$
 
 .PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run
 

@@ -245,7 +245,8 @@ int64_t lc__now_ms(void) {
 }
 
 static int64_t deadline_after(int timeout_ms) {
-    return timeout_ms > 0 ? lc__now_ms() + timeout_ms : NO_DEADLINE;
+    /* + 1: the clock is in whole milliseconds, and a timeout never fires early. */
+    return timeout_ms > 0 ? lc__now_ms() + timeout_ms + 1 : NO_DEADLINE;
 }
 
 /*

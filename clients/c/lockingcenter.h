@@ -330,8 +330,9 @@ LC_API uint32_t lc_session_ttl_ms(const lc_session *s);
 LC_API lc_err lc_session_state(lc_session *s);
 /* true while the session has a connection (false while it resumes). */
 LC_API bool lc_session_connected(lc_session *s);
-/* Waits until the session has ended (lost or closed) or timeout_ms passed
- * (<= 0: no limit). Returns lc_session_state's value. */
+/* Waits until the session has ended (lost or closed) and, when lost, on_lost
+ * has returned, or timeout_ms passed (<= 0: no limit). Returns
+ * lc_session_state's value. */
 LC_API lc_err lc_session_wait_end(lc_session *s, int timeout_ms);
 
 /*

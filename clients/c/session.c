@@ -125,6 +125,9 @@ struct lc_session {
     bool close_ok;
     bool ended;
     lc_err err; /* why it ended */
+    /* The end has been told: on_lost has returned (or there is none to
+     * call); lc_session_wait_end waits for this too. */
+    bool reported;
     int callers; /* program calls in progress */
     uint64_t rng;
 };
@@ -487,6 +490,7 @@ static bool finish(lc_session *s, lc_err err) {
     if (s->ended) return false;
     s->ended = true;
     s->err = err;
+    s->reported = !(err == LC_ERR_SESSION_LOST && s->on_lost != NULL);
     if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR); /* a blocked read or write ends now */
     for (size_t i = 0; i < MAX_PENDING; i++) {
         lc_call *c = s->slots[i];
@@ -828,7 +832,13 @@ static void *supervisor_main(void *arg) {
     lc_session_lost_fn fn = s->on_lost;
     pthread_mutex_unlock(&s->mu);
     free(buf);
-    if (lost && fn) fn(s, LC_ERR_SESSION_LOST, s->on_lost_arg);
+    if (lost && fn) {
+        fn(s, LC_ERR_SESSION_LOST, s->on_lost_arg);
+        pthread_mutex_lock(&s->mu);
+        s->reported = true;
+        pthread_cond_broadcast(&s->changed);
+        pthread_mutex_unlock(&s->mu);
+    }
     return NULL;
 }
 
@@ -930,9 +940,14 @@ bool lc_session_connected(lc_session *s) {
 
 lc_err lc_session_wait_end(lc_session *s, int timeout_ms) {
     if (s == NULL) return LC_ERR_INVALID;
-    int64_t deadline = timeout_ms > 0 ? lc__now_ms() + timeout_ms : LC_NO_DEADLINE;
+    int64_t deadline = timeout_ms > 0 ? lc__now_ms() + timeout_ms + 1 : LC_NO_DEADLINE;
+    /* On the supervisor thread (from on_lost) the end is not awaited: it
+     * is being told by this very call. */
+    bool own = pthread_equal(pthread_self(), s->supervisor) != 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->ended && lc__now_ms() < deadline) timed_wait(&s->changed, &s->mu, deadline);
+    while (!(s->ended && (s->reported || own)) && lc__now_ms() < deadline) {
+        timed_wait(&s->changed, &s->mu, deadline);
+    }
     lc_err e = s->ended ? s->err : LC_OK;
     pthread_mutex_unlock(&s->mu);
     return e;
@@ -960,7 +975,8 @@ static lc_err roundtrip(lc_session *s, int action, const char *key, uint64_t req
             return LC_ERR_SYSTEM;
         }
     }
-    int64_t deadline = timeout_ms > 0 ? lc__now_ms() + timeout_ms : LC_NO_DEADLINE;
+    /* + 1: the clock is in whole milliseconds, and a timeout never fires early. */
+    int64_t deadline = timeout_ms > 0 ? lc__now_ms() + timeout_ms + 1 : LC_NO_DEADLINE;
     pthread_mutex_lock(&s->mu);
     if (s->ended) {
         lc_err e = s->err;

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the C++ client's tests need: a C++17 compiler, cmake (ctest)
-# and GoogleTest (Debian's libgtest-dev). Idempotent; quick when present.
+# Installs what the C++ client's tests need: a C and C++17 compiler with the
+# sanitizer runtimes, cmake (ctest), pkg-config (the package check) and
+# GoogleTest (Debian's libgtest-dev). Idempotent; quick when present.
 set -euo pipefail
 need=()
 command -v c++ >/dev/null 2>&1 || need+=(g++)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkgconf)
 if ! ls /usr/lib/*/libgtest.a /usr/lib/libgtest.a /usr/local/lib/libgtest.a >/dev/null 2>&1; then
   need+=(libgtest-dev)
 fi

@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Tests of the C++ client, run by clients/run-tests (see its header comment).
-# Builds the GoogleTest suite under AddressSanitizer + UBSan and runs it with
-# ctest. Conformance tests need LC_TEST_ADDRESS (and LC_TEST_WEB_ADDRESS) and
-# skip themselves without it. LC_SANITIZE=0 builds without sanitizers.
-# Last line: "cpp: N passed, N failed, N skipped" from ctest's counts.
+#
+# 1. Three CMake builds of the GoogleTest suite (with the C library under it,
+#    from ../c), each run with ctest (one ctest test per GoogleTest case):
+#    build/ (plain), build-asan/ (AddressSanitizer + UBSan), build-tsan/
+#    (ThreadSanitizer). Conformance tests need LC_TEST_ADDRESS (and
+#    LC_TEST_WEB_ADDRESS, LC_SERVER_BIN) and skip themselves without them.
+# 2. The package, checked as a user installs it: cmake --install into a
+#    temporary prefix (the C library and the C++ header); a fresh CMake
+#    project with find_package(lockingcenter_cpp 0.2) builds the README's
+#    quick-start and runs it against the server (0.3 must be refused); the
+#    same program built with `pkg-config lockingcenter-cpp` only.
+# Last line: "cpp: N passed, N failed, N skipped" summed over all of it.
 set -uo pipefail
 cd "$(dirname "$0")"
+here=$(pwd)
 
 for tool in c++ cmake ctest; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -17,33 +26,108 @@ done
 export LC_VECTORS="${LC_VECTORS:-$(cd ../.. && pwd)/wire/testdata/vectors.json}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-sanitize=ON
-[ "${LC_SANITIZE:-1}" = "0" ] && sanitize=OFF
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
 
-mkdir -p build
-if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug -DLC_SANITIZE=$sanitize >build/configure.log 2>&1; then
-  cat build/configure.log
-  if grep -q 'GTest' build/configure.log; then
-    echo "skipped: GoogleTest not found (run ci-setup.sh: apt-get install libgtest-dev)"
-    exit 77
+passed=0 failed=0 skipped=0 status=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); status=1; }
+pass() { echo "ok   $*"; passed=$((passed + 1)); }
+
+run_build() {
+  local dir=$1; shift
+  echo "== $dir"
+  mkdir -p "$dir"
+  if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$@" >"$dir/configure.log" 2>&1; then
+    cat "$dir/configure.log"
+    if grep -q 'GTest' "$dir/configure.log"; then
+      echo "skipped: GoogleTest not found (run ci-setup.sh: apt-get install libgtest-dev)"
+      exit 77
+    fi
+    fail "$dir: configure"; return
   fi
-  echo "cpp: 0 passed, 1 failed"
-  exit 1
+  if ! cmake --build "$dir" -j 2 >"$dir/build.log" 2>&1; then
+    cat "$dir/build.log"; fail "$dir: build"; return
+  fi
+  if grep -q 'warning:' "$dir/build.log"; then
+    grep 'warning:' "$dir/build.log"; fail "$dir: compiler warnings"
+  fi
+  (cd "$dir" && ctest -j 2 --output-on-failure) >"$dir/ctest.log" 2>&1
+  local rc=$?
+  cat "$dir/ctest.log"
+  [ "$rc" -eq 0 ] || status=1
+  local line total f s
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$dir/ctest.log" | tail -n 1)
+  if [ -z "$line" ]; then fail "$dir: no ctest summary"; return; fi
+  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+  f=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$line")
+  s=$(grep -c '\*\*\*Skipped' "$dir/ctest.log" || true)
+  passed=$((passed + total - f - s)); failed=$((failed + f)); skipped=$((skipped + s))
+}
+
+run_build build -DCMAKE_INSTALL_PREFIX="$here/build/prefix"
+run_build build-asan -DLC_SANITIZE=address
+run_build build-tsan -DLC_SANITIZE=thread
+
+# ---- the package, as a user installs it --------------------------------
+echo "== package"
+prefix=$here/build/prefix
+work=$here/build/consumer
+rm -rf "$prefix" "$work"
+mkdir -p "$work/cmake-project" "$work/cmake-too-new"
+if cmake --install build >"$work/install.log" 2>&1; then pass "cmake --install"; else cat "$work/install.log"; fail "cmake --install"; fi
+
+# The README's quick-start, verbatim: the C++ block after "<!-- quick-start -->".
+awk '/<!-- quick-start -->/{f=1; next} f && /^```cpp/{p=1; next} p && /^```/{exit} p' README.md >"$work/main.cpp"
+if [ ! -s "$work/main.cpp" ]; then fail "README quick-start not found"; fi
+cp "$work/main.cpp" "$work/cmake-project/main.cpp"
+cp "$work/main.cpp" "$work/cmake-too-new/main.cpp"
+cat >"$work/cmake-project/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.14)
+project(quickstart CXX)
+find_package(lockingcenter_cpp 0.2 REQUIRED)
+add_executable(quickstart main.cpp)
+target_link_libraries(quickstart PRIVATE lockingcenter::cpp)
+CMAKE
+sed 's/lockingcenter_cpp 0.2 REQUIRED/lockingcenter_cpp 0.3 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
+
+run_quickstart() { # name binary
+  if [ -z "${LC_TEST_ADDRESS:-}" ]; then
+    echo "skip $1: LC_TEST_ADDRESS not set"; skipped=$((skipped + 1)); return
+  fi
+  local out
+  if out=$(LC_ADDRESS="$LC_TEST_ADDRESS" "$2" 2>&1) && grep -q 'fencing token' <<<"$out"; then
+    pass "$1 ran against the server: $out"
+  else
+    echo "$out"; fail "$1 did not run"
+  fi
+}
+
+if cmake -S "$work/cmake-project" -B "$work/cmake-project/build" -DCMAKE_PREFIX_PATH="$prefix" \
+     >"$work/cmake-project.log" 2>&1 && cmake --build "$work/cmake-project/build" >>"$work/cmake-project.log" 2>&1; then
+  pass "find_package(lockingcenter_cpp 0.2) in a fresh project"
+  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/quickstart"
+else
+  cat "$work/cmake-project.log"; fail "find_package(lockingcenter_cpp 0.2) in a fresh project"
 fi
-if ! cmake --build build -j 2; then
-  echo "cpp: 0 passed, 1 failed"
-  exit 1
+if cmake -S "$work/cmake-too-new" -B "$work/cmake-too-new/build" -DCMAKE_PREFIX_PATH="$prefix" \
+     >"$work/cmake-too-new.log" 2>&1; then
+  fail "find_package(lockingcenter_cpp 0.3) accepted version 0.2.0"
+else
+  pass "find_package(lockingcenter_cpp 0.3) refused (the version file works)"
 fi
 
-(cd build && ctest --output-on-failure) | tee build/ctest.log
-status=${PIPESTATUS[0]}
-line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' build/ctest.log | tail -n 1)
-if [ -z "$line" ]; then
-  echo "cpp: 0 passed, 1 failed"
-  exit 1
+if command -v pkg-config >/dev/null 2>&1; then
+  pc=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1)
+  if [ "$(PKG_CONFIG_PATH=$pc pkg-config --modversion lockingcenter-cpp 2>/dev/null)" = "0.2.0" ] &&
+     c++ -std=c++17 -o "$work/quickstart-pc" "$work/main.cpp" $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs lockingcenter-cpp) \
+       -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir lockingcenter)" 2>"$work/pc.log"; then
+    pass "pkg-config lockingcenter-cpp 0.2.0 builds the quick-start"
+    run_quickstart "quick-start (pkg-config)" "$work/quickstart-pc"
+  else
+    cat "$work/pc.log" 2>/dev/null; fail "pkg-config lockingcenter-cpp"
+  fi
+else
+  echo "skip pkg-config: not installed"; skipped=$((skipped + 1))
 fi
-total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
-failed=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$line")
-skipped=$(grep -c '\*\*\*Skipped' build/ctest.log || true)
-echo "cpp: $((total - failed - skipped)) passed, $failed failed, $skipped skipped"
-exit "$status"
+
+echo "cpp: $passed passed, $failed failed, $skipped skipped"
+exit $status

@@ -1,264 +1,362 @@
-// lockingcenter.hpp - header-only C++17 client for the Locking-Center lock server.
+// lockingcenter.hpp - C++17 client for the Locking-Center lock server.
 //
-// Wire protocol (one request per TCP connection):
+// A header over the C client (liblockingcenter, clients/c): the protocol,
+// the session's threads and the v1 calls are the C library's, tested there
+// byte for byte and under ASan, UBSan and TSan; this header adds RAII,
+// std::chrono, exceptions and std::function. Link lockingcenter::cpp (CMake)
+// or `pkg-config lockingcenter-cpp`.
 //
-//   request : [action:1][keySize:1][key:keySize][sourceSize:1][source:sourceSize]
-//   answer  : one byte, '+' success, '-' failure, '#' try-lock not won
+// Two ways to talk to the server:
 //
-// Every call connects, writes the whole frame in one write, reads exactly one
-// byte and closes the socket. Giving up on a waiting lock (timeout or
-// cancel_token) shuts down the socket's write side, so the server withdraws
-// the waiter, and reads on for up to 2 s: a grant that crossed the hang-up
-// makes the call succeed (the key is then held) instead of being lost.
+// - session (recommended): one TCP connection shared by every thread, whose
+//   holds end with it (at close, or one TTL after the program died or lost
+//   the server), with a fencing token in every grant. session_lock is its
+//   RAII guard and carries the token. A session is thread-safe: any number
+//   of threads may call it at once (see lockingcenter.h, "Threading model":
+//   one supervisor thread writes, pings and resumes; one reader thread per
+//   connection matches answers to calls by id).
+// - client (v1): one request per TCP connection. A v1 grant has no owner
+//   and stays held after the program exits, until an unlock or a reset.
+//   A client is immutable after construction and may be shared by threads.
 //
-// Thread safety: a client holds only its address, source and timeouts and
-// never changes after construction; every call opens its own socket, so one
-// client may be used by many threads at once. A cancel_token may be cancelled
-// from any thread. A scoped_lock is an ordinary object: one owner at a time.
+// Errors: every exception is a lockingcenter::error, which is a
+// std::system_error whose code() is in lockingcenter::category() (values of
+// lockingcenter::errc, the C library's lc_err). Compare with
+// `e.code() == lockingcenter::errc::timeout`, or catch the subclass.
 //
-// POSIX only (Linux, macOS, the BSDs). No dependency beyond the standard
-// library and the system's socket API.
+// POSIX only (Linux, macOS, the BSDs).
 #ifndef LOCKINGCENTER_HPP
 #define LOCKINGCENTER_HPP
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/types.h>
-#include <unistd.h>
+#include <lockingcenter.h>
 
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace lockingcenter {
 
-inline constexpr const char* version = "0.1.0";
+inline constexpr const char* version = LC_VERSION;
 /// Default TCP port of the lock protocol.
-inline constexpr const char* default_port = "22119";
-/// Longest key or source in bytes (sizes are signed bytes on the wire).
-inline constexpr std::size_t max_name = 127;
+inline constexpr const char* default_port = LC_DEFAULT_PORT;
+/// Longest key, source or auth token in bytes (sizes are signed bytes on the wire).
+inline constexpr std::size_t max_name = LC_MAX_NAME;
 
-/// Wire actions.
+/// Wire actions (v1 frames use 1..5; sessions also 6..8 and 16 to open).
 enum class action : std::uint8_t {
-    lock = 1,
-    unlock = 2,
-    reset_by_key = 3,
-    reset_by_source = 4,
-    try_lock = 5,
+    lock = LC_ACTION_LOCK,
+    unlock = LC_ACTION_UNLOCK,
+    reset_by_key = LC_ACTION_RESET_BY_KEY,
+    reset_by_source = LC_ACTION_RESET_BY_SOURCE,
+    try_lock = LC_ACTION_TRYLOCK,
+    cancel = LC_ACTION_CANCEL,
+    ping = LC_ACTION_PING,
+    close = LC_ACTION_CLOSE,
+    open = LC_ACTION_OPEN,
 };
 
-// ---- errors ---------------------------------------------------------------
+// ---- errors -----------------------------------------------------------------
 
-/// Base of every exception this library throws.
-class error : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
-/// The server answered '-' to unlock (the key was not held), try_lock or a reset.
-class refused_error : public error {
-public:
-    using error::error;
-};
-
-/// Refused before anything was sent or any connection opened: key not
-/// 1..127 bytes, source over 127 bytes, bad address. A kind of refused_error.
-class invalid_argument_error : public refused_error {
-public:
-    using refused_error::refused_error;
-};
-
-/// lock / wait: the key or this client's source was reset while waiting ('-').
-class reset_error : public error {
-public:
-    using error::error;
-};
-
-/// Name resolution or connect failed or timed out, the connection broke, or
-/// it was closed without an answer. code() is the errno value when known.
-class unreachable_error : public error {
-public:
-    unreachable_error(const std::string& what, int code) : error(what), code_(code) {}
-    int code() const noexcept { return code_; }
-
-private:
-    int code_;
-};
-
-/// The timeout passed before the answer; a waiting lock was withdrawn.
-class timeout_error : public error {
-public:
-    using error::error;
-};
-
-/// The cancel_token was cancelled; a waiting lock was withdrawn.
-class canceled_error : public error {
-public:
-    using error::error;
-};
-
-/// The server answered a byte other than '+', '-' or '#'.
-class protocol_error : public error {
-public:
-    using error::error;
-};
-
-/// A local system call failed (socket, pipe, poll). code() is errno.
-class system_error : public error {
-public:
-    system_error(const std::string& what, int code) : error(what), code_(code) {}
-    int code() const noexcept { return code_; }
-
-private:
-    int code_;
+/// The error codes of lockingcenter::category(): the C library's lc_err.
+enum class errc : int {
+    not_won = LC_ERR_NOT_WON,
+    reset = LC_ERR_RESET,
+    refused = LC_ERR_REFUSED,
+    invalid_argument = LC_ERR_INVALID,
+    unreachable = LC_ERR_UNREACHABLE,
+    timeout = LC_ERR_TIMEOUT,
+    canceled = LC_ERR_CANCELED,
+    protocol = LC_ERR_PROTOCOL,
+    system = LC_ERR_SYSTEM,
+    not_held = LC_ERR_NOT_HELD,
+    outcome_unknown = LC_ERR_OUTCOME_UNKNOWN,
+    disconnected = LC_ERR_DISCONNECTED,
+    session_lost = LC_ERR_SESSION_LOST,
+    session_closed = LC_ERR_SESSION_CLOSED,
 };
 
 namespace detail {
+class category_impl final : public std::error_category {
+public:
+    const char* name() const noexcept override { return "lockingcenter"; }
+    std::string message(int ev) const override { return lc_strerror(static_cast<lc_err>(ev)); }
+};
+}  // namespace detail
 
-inline std::string errno_text(int code) { return std::strerror(code); }
-
-inline bool set_nonblock_cloexec(int fd) {
-    int fl = ::fcntl(fd, F_GETFL);
-    if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return false;
-    int fdfl = ::fcntl(fd, F_GETFD);
-    return fdfl >= 0 && ::fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) >= 0;
+/// The error category of every lockingcenter::error (name "lockingcenter").
+inline const std::error_category& category() noexcept {
+    static const detail::category_impl c;
+    return c;
 }
 
-/// Owns one file descriptor.
-class fd_guard {
+/// Makes errc usable as a std::error_code (found by argument-dependent lookup).
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
+
+}  // namespace lockingcenter
+
+namespace std {
+template <>
+struct is_error_code_enum<lockingcenter::errc> : true_type {};
+}  // namespace std
+
+namespace lockingcenter {
+
+/// Base of every exception this library throws: a std::system_error whose
+/// code() is in category(). os_error() is the system's errno behind an
+/// unreachable_error or system_error (empty otherwise or when unknown).
+class error : public std::system_error {
 public:
-    explicit fd_guard(int fd = -1) noexcept : fd_(fd) {}
-    fd_guard(fd_guard&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    fd_guard& operator=(fd_guard&& o) noexcept {
-        if (this != &o) {
-            reset();
-            fd_ = std::exchange(o.fd_, -1);
-        }
-        return *this;
-    }
-    fd_guard(const fd_guard&) = delete;
-    fd_guard& operator=(const fd_guard&) = delete;
-    ~fd_guard() { reset(); }
-    int get() const noexcept { return fd_; }
-    void reset() noexcept {
-        if (fd_ >= 0) {
-            int saved = errno;
-            ::close(fd_);
-            errno = saved;
-            fd_ = -1;
-        }
-    }
+    error(errc code, const std::string& what, int os_errno = 0)
+        : std::system_error(make_error_code(code), what),
+          os_(os_errno != 0 ? std::error_code(os_errno, std::system_category()) : std::error_code()) {}
+    /// The errno behind the error, when the system gave one.
+    std::error_code os_error() const noexcept { return os_; }
 
 private:
-    int fd_;
+    std::error_code os_;
 };
+
+#define LC_CPP_ERROR(name, base, code)                                    \
+    class name : public base {                                            \
+    public:                                                               \
+        explicit name(const std::string& what, int os_errno = 0)          \
+            : base(errc::code, what, os_errno) {}                         \
+                                                                          \
+    protected:                                                            \
+        name(errc c, const std::string& what, int os_errno) : base(c, what, os_errno) {} \
+    };
+
+/// The server answered '-' to unlock (the key was not held), try_lock, a
+/// reset, or a session open (wrong AUTH_TOKEN, connection limit).
+LC_CPP_ERROR(refused_error, error, refused)
+/// Refused before anything was sent: key not 1..127 bytes or containing a
+/// NUL byte, source or auth over 127 bytes, bad address. A refused_error.
+LC_CPP_ERROR(invalid_argument_error, refused_error, invalid_argument)
+/// Session unlock: this session does not hold that grant; nothing released.
+/// A refused_error.
+LC_CPP_ERROR(not_held_error, refused_error, not_held)
+/// lock / wait: the key or this source was reset while waiting ('-').
+LC_CPP_ERROR(reset_error, error, reset)
+/// Resolve or connect failed or timed out, or the connection closed
+/// without an answer. os_error() is the errno when known.
+LC_CPP_ERROR(unreachable_error, error, unreachable)
+/// The timeout passed before the answer; a waiting lock was withdrawn.
+LC_CPP_ERROR(timeout_error, error, timeout)
+/// The cancel_token was cancelled; a waiting lock was withdrawn.
+LC_CPP_ERROR(canceled_error, error, canceled)
+/// The server answered something the protocol does not allow.
+LC_CPP_ERROR(protocol_error, error, protocol)
+/// A local system call failed (threads, pipes, memory). os_error() is errno.
+LC_CPP_ERROR(system_error, error, system)
+/// An unlock or reset whose answer was lost: it may have taken effect. It is
+/// never resent blindly.
+LC_CPP_ERROR(outcome_unknown_error, error, outcome_unknown)
+/// A session call whose connection dropped before the answer; the session
+/// is resuming and the call may be made again. A lock failing so holds nothing.
+LC_CPP_ERROR(disconnected_error, error, disconnected)
+/// The session is lost (expired, ended from the web API, or unreachable past
+/// its TTL): every hold it had is gone.
+LC_CPP_ERROR(session_lost_error, error, session_lost)
+/// The session was closed.
+LC_CPP_ERROR(session_closed_error, error, session_closed)
+/// Session try_lock in the scoped form: someone holds the key.
+LC_CPP_ERROR(not_won_error, error, not_won)
+#undef LC_CPP_ERROR
+
+namespace detail {
+
+/// Throws the exception of e (not LC_OK), for what ("lockingcenter: lock \"k\"").
+[[noreturn]] inline void raise(lc_err e, const std::string& what, int os_errno = 0) {
+    std::string msg = what + ": " + lc_strerror(e);
+    if (os_errno != 0 && (e == LC_ERR_UNREACHABLE || e == LC_ERR_SYSTEM)) msg += std::string(" (") + std::strerror(os_errno) + ")";
+    int os = (e == LC_ERR_UNREACHABLE || e == LC_ERR_SYSTEM) ? os_errno : 0;
+    switch (e) {
+    case LC_ERR_NOT_WON: throw not_won_error(msg);
+    case LC_ERR_RESET: throw reset_error(msg);
+    case LC_ERR_REFUSED: throw refused_error(msg);
+    case LC_ERR_INVALID: throw invalid_argument_error(msg);
+    case LC_ERR_UNREACHABLE: throw unreachable_error(msg, os);
+    case LC_ERR_TIMEOUT: throw timeout_error(msg);
+    case LC_ERR_CANCELED: throw canceled_error(msg);
+    case LC_ERR_PROTOCOL: throw protocol_error(msg);
+    case LC_ERR_SYSTEM: throw system_error(msg, os);
+    case LC_ERR_NOT_HELD: throw not_held_error(msg);
+    case LC_ERR_OUTCOME_UNKNOWN: throw outcome_unknown_error(msg);
+    case LC_ERR_DISCONNECTED: throw disconnected_error(msg);
+    case LC_ERR_SESSION_LOST: throw session_lost_error(msg);
+    case LC_ERR_SESSION_CLOSED: throw session_closed_error(msg);
+    case LC_OK: break;
+    }
+    throw protocol_error(msg);
+}
+
+/// Runs a C call and throws its error; errno is read right after the call.
+template <class F>
+inline void check(const std::string& what, F&& call) {
+    errno = 0;
+    lc_err e = call();
+    int os = errno;
+    if (e != LC_OK) raise(e, what, os);
+}
+
+/// A key, source or auth as the C library takes it: NUL-terminated, so a
+/// NUL byte inside is refused (it could not be sent).
+inline std::string c_string(std::string_view s, const char* what) {
+    if (s.find('\0') != std::string_view::npos) {
+        throw invalid_argument_error(std::string("lockingcenter: ") + what + " contains a NUL byte");
+    }
+    if (s.size() > max_name) {
+        throw invalid_argument_error(std::string("lockingcenter: ") + what + " is " + std::to_string(s.size()) +
+                                     " bytes, at most 127 allowed");
+    }
+    return std::string(s);
+}
+
+/// "lockingcenter: ACTION \"KEY\"": how errors name the request.
+inline std::string context(const char* act, std::string_view key) {
+    std::string ctx = std::string("lockingcenter: ") + act;
+    if (!key.empty()) ctx += " \"" + std::string(key) + "\"";
+    return ctx;
+}
+
+/// A duration as the C library's milliseconds (<= 0: no limit), rounded up.
+inline int to_ms(std::chrono::milliseconds d) {
+    if (d.count() <= 0) return 0;
+    return d.count() > 0x7fffffff ? 0x7fffffff : static_cast<int>(d.count());
+}
 
 }  // namespace detail
 
-// ---- cancel token -----------------------------------------------------------
+// ---- cancel token -------------------------------------------------------------
 
-/// Cancels waiting calls from another thread. Copies share one state (a pipe
-/// polled beside the socket). Once cancelled it stays cancelled, and calls
-/// given it fail at once with canceled_error, until reset().
+/// Cancels waiting calls from another thread (or a signal handler, through
+/// native()). Copies share one state (an lc_cancel: a pipe polled beside the
+/// socket). Once cancelled it stays cancelled, and calls given it fail at
+/// once with canceled_error, until reset().
 class cancel_token {
 public:
     /// Opens the pipe; throws system_error when the system has no descriptor left.
     cancel_token() : state_(std::make_shared<state>()) {}
 
     /// Cancels every call using this token. Thread-safe, never throws.
-    void cancel() const noexcept {
-        int saved = errno;
-        // A full pipe (EAGAIN) means it is already cancelled.
-        [[maybe_unused]] ssize_t n = ::write(state_->write_fd.get(), "x", 1);
-        errno = saved;
-    }
-
+    void cancel() const noexcept { lc_cancel_trigger(&state_->c); }
     /// true once cancelled, until reset().
-    bool cancelled() const noexcept {
-        pollfd p{state_->read_fd.get(), POLLIN, 0};
-        return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
-    }
-
+    bool cancelled() const noexcept { return lc_cancel_triggered(&state_->c); }
     /// Makes the token usable again. Call it only while no call uses it.
-    void reset() const noexcept {
-        char buf[64];
-        while (::read(state_->read_fd.get(), buf, sizeof buf) > 0) {
-        }
-    }
-
+    void reset() const noexcept { lc_cancel_reset(&state_->c); }
     /// The descriptor that becomes readable when cancelled (for poll loops).
-    int native_handle() const noexcept { return state_->read_fd.get(); }
+    int native_handle() const noexcept { return state_->c.fds[0]; }
+    /// The C token, for lc_* calls and lc_cancel_trigger in a signal handler.
+    lc_cancel* native() const noexcept { return &state_->c; }
 
 private:
     struct state {
-        detail::fd_guard read_fd, write_fd;
-        state() {
-            int fds[2];
-            if (::pipe(fds) != 0) throw system_error("lockingcenter: pipe: " + detail::errno_text(errno), errno);
-            read_fd = detail::fd_guard(fds[0]);
-            write_fd = detail::fd_guard(fds[1]);
-            if (!detail::set_nonblock_cloexec(fds[0]) || !detail::set_nonblock_cloexec(fds[1])) {
-                throw system_error("lockingcenter: fcntl: " + detail::errno_text(errno), errno);
-            }
-        }
+        lc_cancel c;
+        state() { detail::check("lockingcenter: cancel token", [&] { return lc_cancel_init(&c); }); }
+        ~state() { lc_cancel_destroy(&c); }
+        state(const state&) = delete;
+        state& operator=(const state&) = delete;
     };
     std::shared_ptr<state> state_;
 };
 
-// ---- frame ------------------------------------------------------------------
+// ---- frames -------------------------------------------------------------------
 
-/// Encodes one request frame. Checks the lengths: key 1..127 bytes (0..127
+/// Encodes one v1 request frame. Checks the lengths: key 1..127 bytes (0..127
 /// for reset_by_source, which ignores it), source 0..127 bytes. Throws
 /// invalid_argument_error. Exposed for tests and tools.
 inline std::vector<std::uint8_t> encode(action a, std::string_view key, std::string_view source) {
-    auto n = static_cast<int>(a);
-    if (n < 1 || n > 5) throw invalid_argument_error("lockingcenter: unknown action " + std::to_string(n));
-    if (key.size() > max_name) {
-        throw invalid_argument_error("lockingcenter: key is " + std::to_string(key.size()) +
-                                     " bytes, at most 127 allowed");
-    }
-    if (key.empty() && a != action::reset_by_source) throw invalid_argument_error("lockingcenter: empty key");
-    if (source.size() > max_name) {
-        throw invalid_argument_error("lockingcenter: source is " + std::to_string(source.size()) +
-                                     " bytes, at most 127 allowed");
-    }
-    std::vector<std::uint8_t> frame;
-    frame.reserve(3 + key.size() + source.size());
-    frame.push_back(static_cast<std::uint8_t>(a));
-    frame.push_back(static_cast<std::uint8_t>(key.size()));
-    frame.insert(frame.end(), key.begin(), key.end());
-    frame.push_back(static_cast<std::uint8_t>(source.size()));
-    frame.insert(frame.end(), source.begin(), source.end());
+    auto k = detail::c_string(key, "key"), s = detail::c_string(source, "source");
+    std::vector<std::uint8_t> frame(LC_MAX_FRAME);
+    std::size_t len = 0;
+    detail::check("lockingcenter: encode", [&] {
+        return lc_encode(frame.data(), frame.size(), &len, static_cast<int>(a), k.c_str(), s.c_str());
+    });
+    frame.resize(len);
     return frame;
 }
 
-// ---- client -----------------------------------------------------------------
+/// Encodes a session open (resume 0: a new session). Throws invalid_argument_error.
+inline std::vector<std::uint8_t> encode_open(std::uint8_t open_version, std::uint32_t ttl_ms, std::uint64_t resume,
+                                             std::string_view source, std::string_view auth) {
+    auto s = detail::c_string(source, "source"), a = detail::c_string(auth, "auth");
+    std::vector<std::uint8_t> frame(LC_SESSION_OPEN_MAX);
+    std::size_t len = 0;
+    detail::check("lockingcenter: encode open", [&] {
+        return lc_session_encode_open(frame.data(), frame.size(), &len, open_version, ttl_ms, resume, s.c_str(), a.c_str());
+    });
+    frame.resize(len);
+    return frame;
+}
 
-/// Timeouts of a client.
+/// Encodes a session request. Throws invalid_argument_error.
+inline std::vector<std::uint8_t> encode_request(action a, std::uint32_t id, std::uint64_t token, std::string_view key) {
+    auto k = detail::c_string(key, "key");
+    std::vector<std::uint8_t> frame(LC_SESSION_REQUEST_MAX);
+    std::size_t len = 0;
+    detail::check("lockingcenter: encode request", [&] {
+        return lc_session_encode_request(frame.data(), frame.size(), &len, static_cast<int>(a), id, token, k.c_str());
+    });
+    frame.resize(len);
+    return frame;
+}
+
+/// A decoded 13-byte answer to a session open.
+struct open_answer {
+    char status;
+    std::uint32_t ttl_ms;
+    std::uint64_t session;
+};
+/// A decoded 13-byte answer to a session request.
+struct answer {
+    std::uint32_t id;
+    char status;
+    std::uint64_t token;
+};
+
+/// Decodes an open's answer (b: 13 bytes).
+inline open_answer decode_open_answer(const std::uint8_t* b) {
+    std::uint8_t st = 0;
+    open_answer a{};
+    lc_session_decode_open_answer(b, &st, &a.ttl_ms, &a.session);
+    a.status = static_cast<char>(st);
+    return a;
+}
+/// Decodes a request's answer (b: 13 bytes).
+inline answer decode_answer(const std::uint8_t* b) {
+    std::uint8_t st = 0;
+    answer a{};
+    lc_session_decode_answer(b, &a.id, &st, &a.token);
+    a.status = static_cast<char>(st);
+    return a;
+}
+
+// ---- v1 client ------------------------------------------------------------------
+
+/// Timeouts of a v1 client.
 struct options {
     /// Time allowed for the TCP connect.
     std::chrono::milliseconds connect_timeout{5000};
     /// Time allowed for the answer of unlock, try_lock and the resets, which
-    /// never wait in a queue (zero: no limit).
-    std::chrono::milliseconds io_timeout{10000};
+    /// never wait in a queue (zero: no limit). 30 s in every Locking-Center client.
+    std::chrono::milliseconds io_timeout{30000};
 };
 
+/// v1: one request per TCP connection (lc_lock and friends). Immutable once
+/// made; share it between threads freely.
 class client {
 public:
-    using clock = std::chrono::steady_clock;
-
     /// localhost:22119, no source.
     client() : client("localhost") {}
 
@@ -266,24 +364,26 @@ public:
     /// source: 0..127 bytes of UTF-8 naming this requester; empty lets the
     /// server use the peer IP. Throws invalid_argument_error; connects nowhere.
     explicit client(std::string_view address, std::string source = {}, options opts = {})
-        : source_(std::move(source)), opts_(opts) {
-        if (source_.size() > max_name) {
-            throw invalid_argument_error("lockingcenter: source is " + std::to_string(source_.size()) +
-                                         " bytes, at most 127 allowed");
-        }
-        parse_address(address);
+        : source_(detail::c_string(source, "source")), opts_(opts) {
+        auto a = detail::c_string(address.empty() ? std::string_view("localhost") : address, "address");
+        lc_err e = lc_client_init(&c_, a.c_str(), source_.c_str());
+        if (e != LC_OK) throw invalid_argument_error("lockingcenter: bad address \"" + a + "\"");
+        c_.connect_timeout_ms = detail::to_ms(opts_.connect_timeout);
+        c_.io_timeout_ms = detail::to_ms(opts_.io_timeout);
     }
 
-    const std::string& host() const noexcept { return host_; }
-    const std::string& port() const noexcept { return port_; }
+    std::string host() const { return c_.host; }
+    std::string port() const { return c_.port; }
     const std::string& source() const noexcept { return source_; }
     const options& opts() const noexcept { return opts_; }
+    /// The C client, for lc_* calls.
+    const lc_client* native() const noexcept { return &c_; }
 
     /// Waits in FIFO order until the key is granted. Throws reset_error,
     /// timeout_error, canceled_error, unreachable_error, invalid_argument_error.
-    void lock(std::string_view key) const { lock_impl(key, std::nullopt, nullptr); }
+    void lock(std::string_view key) const { lock_impl(key, {}, nullptr); }
     void lock(std::string_view key, std::chrono::milliseconds timeout) const { lock_impl(key, timeout, nullptr); }
-    void lock(std::string_view key, const cancel_token& cancel) const { lock_impl(key, std::nullopt, &cancel); }
+    void lock(std::string_view key, const cancel_token& cancel) const { lock_impl(key, {}, &cancel); }
     void lock(std::string_view key, std::chrono::milliseconds timeout, const cancel_token& cancel) const {
         lock_impl(key, timeout, &cancel);
     }
@@ -291,289 +391,63 @@ public:
     /// Takes the key only if it is free now: true when taken, false when held
     /// by someone ('#'). Throws refused_error on '-'.
     bool try_lock(std::string_view key) const {
-        switch (request(action::try_lock, key, source_, io_timeout(), nullptr)) {
-        case '+': return true;
-        case '#': return false;
-        case '-': throw refused_error(context(action::try_lock, key) + ": refused");
-        default: throw unexpected(action::try_lock);
-        }
+        auto k = detail::c_string(key, "key");
+        bool won = false;
+        detail::check(detail::context("try_lock", key), [&] { return lc_trylock(&c_, k.c_str(), &won); });
+        return won;
     }
 
     /// Releases the key. Throws refused_error when it was not held.
-    void unlock(std::string_view key) const { simple(action::unlock, key, source_); }
+    void unlock(std::string_view key) const {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("unlock", key), [&] { return lc_unlock(&c_, k.c_str()); });
+    }
 
     /// Lock then unlock at once: returns when it was this caller's turn.
-    void wait(std::string_view key) const { wait_impl(key, std::nullopt, nullptr); }
+    void wait(std::string_view key) const { wait_impl(key, {}, nullptr); }
     void wait(std::string_view key, std::chrono::milliseconds timeout) const { wait_impl(key, timeout, nullptr); }
-    void wait(std::string_view key, const cancel_token& cancel) const { wait_impl(key, std::nullopt, &cancel); }
+    void wait(std::string_view key, const cancel_token& cancel) const { wait_impl(key, {}, &cancel); }
     void wait(std::string_view key, std::chrono::milliseconds timeout, const cancel_token& cancel) const {
         wait_impl(key, timeout, &cancel);
     }
 
     /// Drops the holder of key and fails every waiter of it.
-    void reset_key(std::string_view key) const { simple(action::reset_by_key, key, {}); }
+    void reset_key(std::string_view key) const {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("reset_key", key), [&] { return lc_reset_key(&c_, k.c_str()); });
+    }
 
     /// Fails every waiter of this client's source, releases every key it holds.
-    void reset_source() const { simple(action::reset_by_source, {}, source_); }
+    void reset_source() const {
+        detail::check(detail::context("reset_source", {}), [&] { return lc_reset_source(&c_, nullptr); });
+    }
     /// The same for another source.
-    void reset_source(std::string_view source) const { simple(action::reset_by_source, {}, source); }
+    void reset_source(std::string_view source) const {
+        auto s = detail::c_string(source, "source");
+        detail::check(detail::context("reset_source", source), [&] { return lc_reset_source(&c_, s.c_str()); });
+    }
 
 private:
-    using opt_ms = std::optional<std::chrono::milliseconds>;
+    void lock_impl(std::string_view key, std::chrono::milliseconds timeout, const cancel_token* cancel) const {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("lock", key), [&] {
+            return lc_lock(&c_, k.c_str(), detail::to_ms(timeout), cancel ? cancel->native() : nullptr);
+        });
+    }
+    void wait_impl(std::string_view key, std::chrono::milliseconds timeout, const cancel_token* cancel) const {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("wait", key), [&] {
+            return lc_wait(&c_, k.c_str(), detail::to_ms(timeout), cancel ? cancel->native() : nullptr);
+        });
+    }
 
-    // How long give_up reads on after hanging up, for a grant on its way.
-    static constexpr auto give_up_grace = std::chrono::seconds(2);
-
-    std::string host_, port_, source_;
+    lc_client c_{};
+    std::string source_;
     options opts_;
-
-    opt_ms io_timeout() const {
-        return opts_.io_timeout.count() > 0 ? opt_ms(opts_.io_timeout) : std::nullopt;
-    }
-
-    void parse_address(std::string_view a) {
-        if (a.empty()) a = "localhost";
-        std::string_view host = a, port = default_port;
-        if (a.front() == '[') {
-            auto close = a.find(']');
-            if (close == std::string_view::npos) bad_address(a);
-            host = a.substr(1, close - 1);
-            auto rest = a.substr(close + 1);
-            if (!rest.empty()) {
-                if (rest.front() != ':') bad_address(a);
-                port = rest.substr(1);
-            }
-        } else {
-            auto colon = a.find(':');
-            if (colon != std::string_view::npos && a.find(':', colon + 1) == std::string_view::npos) {
-                host = a.substr(0, colon);
-                port = a.substr(colon + 1);
-            }
-        }
-        if (host.empty() || host.size() > 255 || port.empty() || port.size() > 5) bad_address(a);
-        unsigned long p = 0;
-        for (char ch : port) {
-            if (ch < '0' || ch > '9') bad_address(a);
-            p = p * 10 + static_cast<unsigned long>(ch - '0');
-        }
-        if (p < 1 || p > 65535) bad_address(a);
-        host_ = std::string(host);
-        port_ = std::string(port);
-    }
-
-    [[noreturn]] static void bad_address(std::string_view a) {
-        throw invalid_argument_error("lockingcenter: bad address \"" + std::string(a) + "\"");
-    }
-
-    void lock_impl(std::string_view key, opt_ms timeout, const cancel_token* cancel) const {
-        switch (request(action::lock, key, source_, timeout, cancel)) {
-        case '+': return;
-        case '-': throw reset_error(context(action::lock, key) + ": reset while waiting");
-        default: throw unexpected(action::lock);
-        }
-    }
-
-    void wait_impl(std::string_view key, opt_ms timeout, const cancel_token* cancel) const {
-        lock_impl(key, timeout, cancel);
-        try {
-            unlock(key);
-        } catch (const refused_error&) {
-            // Someone reset the key after our turn came: the turn still came.
-        }
-    }
-
-    void simple(action a, std::string_view key, std::string_view source) const {
-        switch (request(a, key, source, io_timeout(), nullptr)) {
-        case '+': return;
-        case '-': throw refused_error(context(a, key) + ": refused");
-        default: throw unexpected(a);
-        }
-    }
-
-    // Waits until fd has events. Returns 0 when ready, 1 on deadline, 2 when cancelled.
-    static int wait_fd(int fd, short events, std::optional<clock::time_point> deadline, const cancel_token* cancel) {
-        for (;;) {
-            int wait_ms = -1;
-            if (deadline) {
-                auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - clock::now()).count();
-                if (left <= 0) return 1;
-                wait_ms = left > INT_MAX ? INT_MAX : static_cast<int>(left);
-            }
-            pollfd p[2] = {{fd, events, 0}, {-1, POLLIN, 0}};
-            nfds_t n = 1;
-            if (cancel != nullptr) {
-                p[1].fd = cancel->native_handle();
-                n = 2;
-            }
-            int r = ::poll(p, n, wait_ms);
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                throw system_error("lockingcenter: poll: " + detail::errno_text(errno), errno);
-            }
-            if (r == 0) continue;  // the loop re-checks the deadline
-            if (p[0].revents != 0) return 0;
-            if (n == 2 && p[1].revents != 0) return 2;
-        }
-    }
-
-    std::string where() const { return host_.find(':') != std::string::npos ? "[" + host_ + "]:" + port_ : host_ + ":" + port_; }
-
-    // Reads the one-byte answer: waits for fd to be readable (before
-    // deadline, unless cancel fires), then receives a byte, retrying on
-    // EINTR/EAGAIN. Returns 0 with answer set; wait_fd's 1 (deadline) or 2
-    // (cancelled); -1 at EOF; -2 on a read error (errno set by recv).
-    static int read_answer(int fd, std::optional<clock::time_point> deadline, const cancel_token* cancel,
-                           char& answer) {
-        for (;;) {
-            int w = wait_fd(fd, POLLIN, deadline, cancel);
-            if (w != 0) return w;
-            ssize_t n = ::recv(fd, &answer, 1, 0);
-            if (n == 1) return 0;
-            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-            return n == 0 ? -1 : -2;
-        }
-    }
-
-    // Hangs up on a request whose frame was sent. Closing outright would
-    // discard a '+' the server sent just before it noticed the hang-up,
-    // leaving the key held by nobody. So: shut down the write side (the
-    // server reads EOF, withdraws the waiter and closes), then read until
-    // that close, for at most give_up_grace. Returns an answer that arrived
-    // meanwhile; nothing when the grace ran out or at EOF or an error (the
-    // server withdrew the waiter).
-    static std::optional<char> give_up(int fd) {
-        ::shutdown(fd, SHUT_WR);
-        char answer = 0;
-        // No cancel token here: it stays cancelled.
-        if (read_answer(fd, clock::now() + give_up_grace, nullptr, answer) == 0) return answer;
-        return std::nullopt;
-    }
-
-    static protocol_error unexpected(action a) {
-        return protocol_error(std::string("lockingcenter: ") + action_name(a) + ": unexpected answer");
-    }
-
-    [[noreturn]] static void gave_up(int why, const std::string& ctx) {
-        if (why == 2) throw canceled_error(ctx + ": canceled");
-        throw timeout_error(ctx + ": timed out");
-    }
-
-    // "lockingcenter: ACTION \"KEY\"" (no key for reset_source): how errors name the request.
-    static std::string context(action a, std::string_view key) {
-        std::string ctx = std::string("lockingcenter: ") + action_name(a);
-        if (!key.empty()) ctx += " \"" + std::string(key) + "\"";
-        return ctx;
-    }
-
-    static const char* action_name(action a) {
-        switch (a) {
-        case action::lock: return "lock";
-        case action::unlock: return "unlock";
-        case action::reset_by_key: return "reset_key";
-        case action::reset_by_source: return "reset_source";
-        case action::try_lock: return "try_lock";
-        }
-        return "request";
-    }
-
-    detail::fd_guard dial(std::optional<clock::time_point> deadline, const cancel_token* cancel,
-                          const std::string& ctx) const {
-        std::optional<clock::time_point> cdeadline;
-        if (opts_.connect_timeout.count() > 0) cdeadline = clock::now() + opts_.connect_timeout;
-        bool call_first = deadline && (!cdeadline || *deadline < *cdeadline);
-        if (call_first) cdeadline = deadline;
-
-        addrinfo hints{};
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo* res = nullptr;
-        int gai = ::getaddrinfo(host_.c_str(), port_.c_str(), &hints, &res);
-        if (gai != 0) {
-            throw unreachable_error(ctx + ": resolve " + host_ + ": " + ::gai_strerror(gai), EHOSTUNREACH);
-        }
-        std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(res, ::freeaddrinfo);
-        int last = ECONNREFUSED;
-        for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-            detail::fd_guard fd(::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol));
-            if (fd.get() < 0 || !detail::set_nonblock_cloexec(fd.get())) {
-                last = errno;
-                continue;
-            }
-#ifdef SO_NOSIGPIPE
-            int one = 1;
-            ::setsockopt(fd.get(), SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
-#endif
-            if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) return fd;
-            if (errno != EINPROGRESS && errno != EINTR) {
-                last = errno;
-                continue;
-            }
-            int w = wait_fd(fd.get(), POLLOUT, cdeadline, cancel);
-            if (w == 2) gave_up(w, ctx);
-            if (w == 1) {
-                if (call_first) gave_up(w, ctx);
-                throw unreachable_error(ctx + ": connect " + where() + ": timed out", ETIMEDOUT);
-            }
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) soerr = errno;
-            if (soerr == 0) return fd;
-            last = soerr;
-        }
-        throw unreachable_error(ctx + ": connect " + where() + ": " + detail::errno_text(last), last);
-    }
-
-    // One request: connect, write the frame in one write, read one byte, close.
-    char request(action a, std::string_view key, std::string_view source, opt_ms timeout,
-                 const cancel_token* cancel) const {
-        auto frame = encode(a, key, source);  // validates before connecting
-        std::string ctx = context(a, key);
-        if (cancel != nullptr && cancel->cancelled()) gave_up(2, ctx);
-        std::optional<clock::time_point> deadline;
-        if (timeout && timeout->count() > 0) deadline = clock::now() + *timeout;
-        detail::fd_guard fd = dial(deadline, cancel, ctx);
-
-#ifdef MSG_NOSIGNAL
-        constexpr int send_flags = MSG_NOSIGNAL;
-#else
-        constexpr int send_flags = 0;
-#endif
-        std::size_t off = 0;
-        while (off < frame.size()) {
-            ssize_t n = ::send(fd.get(), frame.data() + off, frame.size() - off, send_flags);
-            if (n > 0) {
-                off += static_cast<std::size_t>(n);
-                continue;
-            }
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                int w = wait_fd(fd.get(), POLLOUT, deadline, cancel);
-                if (w != 0) gave_up(w, ctx);
-                continue;
-            }
-            int code = errno;
-            throw unreachable_error(ctx + ": send to " + where() + ": " + detail::errno_text(code), code);
-        }
-
-        char answer = 0;
-        int r = read_answer(fd.get(), deadline, cancel, answer);
-        if (r == 0) return answer;
-        if (r > 0) {
-            // Giving up: a granted key must not be reported as not granted.
-            if (auto late = give_up(fd.get())) return *late;
-            gave_up(r, ctx);
-        }
-        int code = r == -1 ? ECONNRESET : errno;
-        throw unreachable_error(ctx + ": " + where() +
-                                    (r == -1 ? std::string(": connection closed without an answer")
-                                             : ": " + detail::errno_text(code)),
-                                code);
-    }
 };
 
-// ---- scoped lock ------------------------------------------------------------
-
-/// RAII hold of a key: locks in the constructor, unlocks in the destructor.
+/// RAII hold of a key through a v1 client: locks in the constructor,
+/// unlocks in the destructor.
 ///
 ///   lockingcenter::scoped_lock held(client, "deploy/prod");             // waits
 ///   lockingcenter::scoped_lock held(client, "k", std::chrono::seconds(5));
@@ -647,6 +521,278 @@ private:
     std::string key_;
     bool owns_ = false;
 };
+
+// ---- session --------------------------------------------------------------------
+
+/// Settings of a session.
+struct session_options {
+    /// Names this program (0..127 bytes); empty: the server uses the IP.
+    std::string source;
+    /// The server's AUTH_TOKEN, when it has one.
+    std::string auth;
+    /// TTL asked for; zero asks for the server's SESSION_TTL (10 s by
+    /// default). The server clamps it to 1 s .. 10 min.
+    std::chrono::milliseconds ttl{0};
+    /// Time allowed for a connect and the open's answer.
+    std::chrono::milliseconds connect_timeout{5000};
+    /// Time allowed for the answer of try_lock, unlock and the resets
+    /// (zero: no limit). Lock waits as long as its own timeout says.
+    std::chrono::milliseconds io_timeout{30000};
+    /// Called once when the session is lost (every hold is gone), on the
+    /// session's own thread: keep it short, do not destroy or close the
+    /// session from it. Exceptions it throws are swallowed.
+    std::function<void(const session_lost_error&)> on_lost;
+};
+
+/// A session: one connection shared by every thread, answers matched by
+/// id, holds that end with it, a fencing token with every grant. Movable,
+/// not copyable; the destructor closes it (ignoring errors: call close() to
+/// see them). Thread-safe, except that no call may run while the session is
+/// moved from, closed or destroyed.
+class session {
+public:
+    /// Opens a session on address ("host:port"; empty: localhost:22119).
+    /// Throws invalid_argument_error, unreachable_error, refused_error
+    /// (wrong AUTH_TOKEN, connection limit, no session support), system_error.
+    explicit session(std::string_view address = {}, session_options opts = {})
+        : cb_(std::make_unique<callback>()) {
+        auto a = detail::c_string(address, "address");
+        auto src = detail::c_string(opts.source, "source"), auth = detail::c_string(opts.auth, "auth");
+        cb_->fn = std::move(opts.on_lost);
+        lc_session_options o;
+        lc_session_options_init(&o);
+        o.address = a.empty() ? nullptr : a.c_str();
+        o.source = src.c_str();
+        o.auth = auth.empty() ? nullptr : auth.c_str();
+        o.ttl_ms = opts.ttl.count() <= 0 ? 0u
+                   : opts.ttl.count() > 0xffffffffLL ? 0xffffffffu
+                                                     : static_cast<std::uint32_t>(opts.ttl.count());
+        o.connect_timeout_ms = detail::to_ms(opts.connect_timeout);
+        o.io_timeout_ms = detail::to_ms(opts.io_timeout);
+        o.on_lost = &session::lost_trampoline;
+        o.on_lost_arg = cb_.get();
+        detail::check("lockingcenter: open session at " + (a.empty() ? std::string("localhost:22119") : a),
+                      [&] { return lc_session_open(&o, &s_); });
+    }
+
+    session(session&& o) noexcept : s_(std::exchange(o.s_, nullptr)), cb_(std::move(o.cb_)) {}
+    session& operator=(session&& o) noexcept {
+        if (this != &o) {
+            lc_session_close(s_, 0);
+            s_ = std::exchange(o.s_, nullptr);
+            cb_ = std::move(o.cb_);
+        }
+        return *this;
+    }
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+    ~session() { lc_session_close(s_, 0); }
+
+    /// The session id (the web API shows it as 16 hex digits).
+    std::uint64_t id() const noexcept { return lc_session_id(s_); }
+    /// The TTL the server granted.
+    std::chrono::milliseconds ttl() const noexcept { return std::chrono::milliseconds(lc_session_ttl_ms(s_)); }
+    /// Empty while the session lives; errc::session_lost or errc::session_closed after.
+    std::error_code error() const noexcept {
+        if (s_ == nullptr) return errc::session_closed;
+        lc_err e = lc_session_state(s_);
+        return e == LC_OK ? std::error_code() : make_error_code(static_cast<errc>(e));
+    }
+    /// true once the session is lost: every hold it had is gone.
+    bool lost() const noexcept { return error() == errc::session_lost; }
+    /// false while the session resumes after a dropped connection.
+    bool connected() const noexcept { return s_ != nullptr && lc_session_connected(s_); }
+    /// Waits until the session has ended or timeout passed (zero: no limit); returns error().
+    std::error_code wait_end(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const {
+        if (s_ != nullptr) lc_session_wait_end(s_, detail::to_ms(timeout));
+        return error();
+    }
+    /// The C session, for lc_session_* calls.
+    lc_session* native() const noexcept { return s_; }
+
+    /// Waits in FIFO order (this session's other locks included) and returns
+    /// the grant's fencing token. Throws reset_error, timeout_error,
+    /// canceled_error (the waiter was withdrawn; a grant that crossed the
+    /// Cancel was unlocked), disconnected_error, session_lost_error,
+    /// session_closed_error, invalid_argument_error. A throw means nothing is held.
+    std::uint64_t lock(std::string_view key) { return lock_impl(key, {}, nullptr); }
+    std::uint64_t lock(std::string_view key, std::chrono::milliseconds timeout) { return lock_impl(key, timeout, nullptr); }
+    std::uint64_t lock(std::string_view key, const cancel_token& cancel) { return lock_impl(key, {}, &cancel); }
+    std::uint64_t lock(std::string_view key, std::chrono::milliseconds timeout, const cancel_token& cancel) {
+        return lock_impl(key, timeout, &cancel);
+    }
+
+    /// Takes the key if nobody holds it (this session included): its token,
+    /// or nullopt when held. Throws refused_error on '-', and as lock.
+    std::optional<std::uint64_t> try_lock(std::string_view key) {
+        auto k = detail::c_string(key, "key");
+        std::uint64_t token = 0;
+        errno = 0;
+        lc_err e = lc_session_trylock(live(), k.c_str(), &token);
+        if (e == LC_ERR_NOT_WON) return std::nullopt;
+        if (e != LC_OK) detail::raise(e, detail::context("try_lock", key), errno);
+        return token;
+    }
+
+    /// Releases the grant of key with that token (0: whichever grant this
+    /// session holds on key). Throws not_held_error (nothing released, never
+    /// another holder's grant), outcome_unknown_error, session_lost_error.
+    void unlock(std::string_view key, std::uint64_t token) {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("unlock", key), [&] { return lc_session_unlock(live(), k.c_str(), token); });
+    }
+
+    /// Drops key's holder, whoever it is, and refuses its waiters.
+    void reset_key(std::string_view key) {
+        auto k = detail::c_string(key, "key");
+        detail::check(detail::context("reset_key", key), [&] { return lc_session_reset_key(live(), k.c_str()); });
+    }
+    /// Refuses every waiter of source and releases every key it holds
+    /// (empty: this connection's IP address).
+    void reset_source(std::string_view source) {
+        auto s = detail::c_string(source, "source");
+        detail::check(detail::context("reset_source", source),
+                      [&] { return lc_session_reset_source(live(), s.c_str()); });
+    }
+
+    /// Runs fn(token) while holding key, then unlocks by that token — also
+    /// when fn throws. Returns what fn returns. Throws session_lost_error
+    /// when the session was lost while fn ran (the hold ended under it).
+    template <class F>
+    auto with_lock(std::string_view key, F&& fn) -> decltype(fn(std::uint64_t{}));
+
+    /// Ends the session: the server releases every hold at once; calls still
+    /// waiting throw session_closed_error. Throws when the server could not be
+    /// told (it then releases the holds one TTL later) or when the session
+    /// had been lost. Idempotent; the destructor does it quietly.
+    void close(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+        lc_session* s = std::exchange(s_, nullptr);
+        if (s == nullptr) return;
+        detail::check("lockingcenter: close session", [&] { return lc_session_close(s, detail::to_ms(timeout)); });
+    }
+
+private:
+    struct callback {
+        std::function<void(const session_lost_error&)> fn;
+    };
+    static void lost_trampoline(lc_session*, lc_err why, void* arg) noexcept {
+        auto* cb = static_cast<callback*>(arg);
+        if (!cb->fn) return;
+        try {
+            cb->fn(session_lost_error(std::string("lockingcenter: session: ") + lc_strerror(why)));
+        } catch (...) {
+        }
+    }
+    lc_session* live() const {
+        if (s_ == nullptr) throw session_closed_error("lockingcenter: session: closed");
+        return s_;
+    }
+    std::uint64_t lock_impl(std::string_view key, std::chrono::milliseconds timeout, const cancel_token* cancel) {
+        auto k = detail::c_string(key, "key");
+        std::uint64_t token = 0;
+        detail::check(detail::context("lock", key), [&] {
+            return lc_session_lock(live(), k.c_str(), detail::to_ms(timeout), cancel ? cancel->native() : nullptr,
+                                   &token);
+        });
+        return token;
+    }
+
+    lc_session* s_ = nullptr;
+    // Heap-held so that the C library's pointer to it survives a move.
+    std::unique_ptr<callback> cb_;
+};
+
+/// RAII hold of a key through a session, carrying the grant's fencing token:
+///
+///   lockingcenter::session_lock held(s, "invoice/42", 5s);
+///   write_invoice(held.token());        // the resource checks the token
+///   held.check();                       // throws session_lost_error if the hold is gone
+///
+/// The destructor unlocks by the token and never throws; unlock() reports
+/// errors (session_lost_error when the session was lost: the hold had
+/// already ended). The session must outlive the guard.
+class session_lock {
+public:
+    session_lock(session& s, std::string key) : s_(&s), key_(std::move(key)) { token_ = s.lock(key_); }
+    session_lock(session& s, std::string key, std::chrono::milliseconds timeout) : s_(&s), key_(std::move(key)) {
+        token_ = s.lock(key_, timeout);
+    }
+    session_lock(session& s, std::string key, const cancel_token& cancel) : s_(&s), key_(std::move(key)) {
+        token_ = s.lock(key_, cancel);
+    }
+    session_lock(session& s, std::string key, std::chrono::milliseconds timeout, const cancel_token& cancel)
+        : s_(&s), key_(std::move(key)) {
+        token_ = s.lock(key_, timeout, cancel);
+    }
+    /// try_lock: owns_lock() is false when anyone holds the key.
+    session_lock(session& s, std::string key, std::try_to_lock_t) : s_(&s), key_(std::move(key)) {
+        token_ = s.try_lock(key_).value_or(0);
+    }
+
+    session_lock(session_lock&& o) noexcept
+        : s_(o.s_), key_(std::move(o.key_)), token_(std::exchange(o.token_, 0)) {}
+    session_lock& operator=(session_lock&& o) noexcept {
+        if (this != &o) {
+            release_quietly();
+            s_ = o.s_;
+            key_ = std::move(o.key_);
+            token_ = std::exchange(o.token_, 0);
+        }
+        return *this;
+    }
+    session_lock(const session_lock&) = delete;
+    session_lock& operator=(const session_lock&) = delete;
+    ~session_lock() { release_quietly(); }
+
+    /// The grant's fencing token (0 when the guard owns nothing).
+    std::uint64_t token() const noexcept { return token_; }
+    const std::string& key() const noexcept { return key_; }
+    bool owns_lock() const noexcept { return token_ != 0; }
+    explicit operator bool() const noexcept { return owns_lock(); }
+    /// true when the guard owned a hold that ended with its session.
+    bool lost() const noexcept { return token_ != 0 && s_->lost(); }
+    /// Throws session_lost_error when the hold ended with its session.
+    void check() const {
+        if (lost()) throw session_lost_error("lockingcenter: \"" + key_ + "\": session lost, the hold is gone");
+    }
+
+    /// Unlocks by the token now. Throws what session::unlock throws, and
+    /// session_lost_error when the session was lost. Afterwards the guard
+    /// owns nothing (also when it threw).
+    void unlock() {
+        std::uint64_t t = std::exchange(token_, 0);
+        if (t == 0) return;
+        if (s_->lost()) throw session_lost_error("lockingcenter: \"" + key_ + "\": session lost, the hold was gone");
+        s_->unlock(key_, t);
+    }
+
+private:
+    void release_quietly() noexcept {
+        try {
+            unlock();
+        } catch (...) {
+        }
+    }
+
+    session* s_;
+    std::string key_;
+    std::uint64_t token_ = 0;
+};
+
+template <class F>
+auto session::with_lock(std::string_view key, F&& fn) -> decltype(fn(std::uint64_t{})) {
+    session_lock held(*this, std::string(key));
+    if constexpr (std::is_void_v<decltype(fn(std::uint64_t{}))>) {
+        fn(held.token());
+        held.check();
+        held.unlock();
+    } else {
+        auto r = fn(held.token());
+        held.check();
+        held.unlock();
+        return r;
+    }
+}
 
 }  // namespace lockingcenter
 

@@ -129,6 +129,10 @@ TEST(Client, ErrorsShareOneBase) {
     static_assert(std::is_base_of_v<lc::error, lc::canceled_error>);
     static_assert(std::is_base_of_v<lc::error, lc::protocol_error>);
     static_assert(std::is_base_of_v<lc::error, lc::system_error>);
+    static_assert(std::is_base_of_v<std::system_error, lc::error>);
+    static_assert(std::is_base_of_v<std::system_error, lc::system_error>);
+    static_assert(std::is_base_of_v<lc::refused_error, lc::not_held_error>);
+    static_assert(std::is_base_of_v<lc::error, lc::session_lost_error>);
     static_assert(!std::is_copy_constructible_v<lc::scoped_lock>);
     static_assert(std::is_nothrow_move_constructible_v<lc::scoped_lock>);
     SUCCEED();
@@ -148,7 +152,8 @@ TEST(Client, OverlongKeyRefusedBeforeConnecting) {
         c.unlock(key);
         FAIL() << "no exception";
     } catch (const lc::unreachable_error& e) {
-        EXPECT_EQ(e.code(), ECONNREFUSED);
+        EXPECT_EQ(e.code(), lc::errc::unreachable);
+        EXPECT_EQ(e.os_error(), std::errc::connection_refused);
     }
 }
 

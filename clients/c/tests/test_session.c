@@ -146,7 +146,7 @@ typedef struct {
     pid_t pid;
     char addr[64], web[64];
     int port, web_port;
-    char data[256];
+    const char *auth; /* AUTH_TOKEN, or NULL */
 } own_server;
 
 /* Starts $LC_SERVER_BIN on free ports (or srv's ports when already set),
@@ -164,17 +164,21 @@ static int server_start(own_server *srv, const char *data) {
     }
     snprintf(srv->addr, sizeof srv->addr, "127.0.0.1:%d", srv->port);
     snprintf(srv->web, sizeof srv->web, "127.0.0.1:%d", srv->web_port);
-    char e_bind[96], e_web[96], e_data[320];
+    char e_bind[96], e_web[96], e_data[320], e_auth[160];
     snprintf(e_bind, sizeof e_bind, "BIND_ADDRESS=%s", srv->addr);
     snprintf(e_web, sizeof e_web, "WEB_ADDRESS=%s", srv->web);
     snprintf(e_data, sizeof e_data, "DATA_PATH=%s", data ? data : "");
-    char *envp[] = {e_bind, e_web, data ? e_data : NULL, NULL};
+    snprintf(e_auth, sizeof e_auth, "AUTH_TOKEN=%s", srv->auth ? srv->auth : "");
+    char *envp[4] = {e_bind, e_web, NULL, NULL};
+    if (data) envp[2] = e_data;
+    if (srv->auth) envp[data ? 3 : 2] = e_auth;
+    char *envfull[5] = {envp[0], envp[1], envp[2], envp[3], NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     char *argv[] = {(char *)bin, NULL};
-    int rc = posix_spawn(&srv->pid, bin, &fa, NULL, argv, envp);
+    int rc = posix_spawn(&srv->pid, bin, &fa, NULL, argv, envfull);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         fprintf(stderr, "  cannot start %s: %s\n", bin, strerror(rc));
@@ -296,6 +300,67 @@ static void fake_session_stop(fake_session *f) {
     pthread_join(f->th, NULL);
     close(f->lfd);
     pthread_mutex_destroy(&f->mu);
+}
+
+/* A server that opens a session with a TTL of 1 s and then answers nothing
+ * (not even Ping), and refuses the resume that follows: the session must
+ * notice the silence (a Ping unanswered for a third of the TTL), drop the
+ * connection, try to resume, and report the loss. */
+typedef struct {
+    int lfd;
+    char addr[64];
+    int64_t dropped_at; /* when the client closed the silent connection */
+    pthread_t th;
+} silent_server;
+
+static void *silent_run(void *arg) {
+    silent_server *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    uint8_t open[270];
+    if (read_full(fd, open, 15) && read_full(fd, open + 15, (size_t)open[14] + 1) &&
+        read_full(fd, open + 16 + open[14], open[15 + open[14]])) {
+        uint8_t ok[13] = {'+', 0, 0, 0x03, 0xe8, 0, 0, 0, 0, 0, 0, 0, 7};
+        send(fd, ok, sizeof ok, MSG_NOSIGNAL);
+        uint8_t b[256];
+        while (recv(fd, b, sizeof b, 0) > 0) {
+        }
+        f->dropped_at = now_ms();
+    }
+    close(fd);
+    fd = accept(f->lfd, NULL, NULL); /* the resume */
+    if (fd >= 0) {
+        uint8_t no[13] = {'-'};
+        read_full(fd, open, 16);
+        send(fd, no, sizeof no, MSG_NOSIGNAL);
+        close(fd);
+    }
+    return NULL;
+}
+
+static int test_session_silent_server_dropped(void) {
+    silent_server f = {0};
+    f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    bind(f.lfd, (struct sockaddr *)&a, sizeof a);
+    listen(f.lfd, 4);
+    getsockname(f.lfd, (struct sockaddr *)&a, &al);
+    snprintf(f.addr, sizeof f.addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    pthread_create(&f.th, NULL, silent_run, &f);
+    lc_session *s = NULL;
+    int64_t t0 = now_ms();
+    CHECK_ERR(open_at(f.addr, 0, NULL, &s), LC_OK);
+    if (!s) return 1;
+    CHECK(lc_session_ttl_ms(s) == 1000);
+    CHECK_ERR(lc_session_wait_end(s, 5000), LC_ERR_SESSION_LOST);
+    pthread_join(f.th, NULL);
+    close(f.lfd);
+    int64_t dropped = f.dropped_at - t0;
+    fprintf(stderr, "  silent connection dropped after %lld ms (TTL 1000 ms)\n", (long long)dropped);
+    CHECK(dropped >= 600 && dropped <= 900); /* Ping at 1/3 TTL, given up 1/3 later */
+    CHECK_ERR(lc_session_close(s, 1000), LC_ERR_SESSION_LOST);
+    return failures ? 1 : 0;
 }
 
 /* ---- vectors ----------------------------------------------------------- */
@@ -902,6 +967,30 @@ static int test_session_resume_after_restart(void) {
     return failures ? 1 : 0;
 }
 
+/* A server with AUTH_TOKEN: an open without it or with another is refused,
+ * one with it is served. */
+static int test_session_auth_token(void) {
+    own_server srv = {.auth = "s3cret-token"};
+    int rc = server_start(&srv, NULL);
+    if (rc) return rc;
+    lc_session_options o;
+    lc_session_options_init(&o);
+    o.address = srv.addr;
+    lc_session *s = NULL;
+    CHECK_ERR(lc_session_open(&o, &s), LC_ERR_REFUSED);
+    o.auth = "wrong";
+    CHECK_ERR(lc_session_open(&o, &s), LC_ERR_REFUSED);
+    CHECK(s == NULL);
+    o.auth = "s3cret-token";
+    CHECK_ERR(lc_session_open(&o, &s), LC_OK);
+    uint64_t tok = 0;
+    CHECK_ERR(lc_session_lock(s, "k", 5000, NULL, &tok), LC_OK);
+    CHECK_ERR(lc_session_unlock(s, "k", tok), LC_OK);
+    CHECK_ERR(lc_session_close(s, 5000), LC_OK);
+    server_stop(&srv);
+    return failures ? 1 : 0;
+}
+
 /* Idle for 2.5 TTLs: Ping keeps the session and its hold. */
 static int test_session_ping_keeps_alive(void) {
     const char *addr = server_address();
@@ -1019,6 +1108,8 @@ const test_case session_tests[] = {
     {"session_lost_ttl", test_session_lost_ttl},
     {"session_resume_after_restart", test_session_resume_after_restart},
     {"session_ping_keeps_alive", test_session_ping_keeps_alive},
+    {"session_auth_token", test_session_auth_token},
+    {"session_silent_server_dropped", test_session_silent_server_dropped},
     {"session_close_releases", test_session_close_releases},
     {"session_sigkill_holder", test_session_sigkill_holder},
 };

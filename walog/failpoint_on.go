@@ -5,6 +5,8 @@ package walog
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,10 @@ import (
 // This file is built only with -tags failpoints, for the crash tests: it
 // makes a failpoint kill the process with SIGKILL, at once, as a power cut
 // of the process would, at a chosen pass through a chosen place.
+//
+// With LC_STATS_ON_SIGUSR1 set, SIGUSR1 makes the process collect its
+// garbage and write "runtime stats goroutines=N heap_inuse=B
+// heap_objects=N" to standard error, for the leak checks.
 //
 // LC_FAILPOINT=name:n[,name:n...] kills the process the n-th time it
 // passes the place name (n ≥ 1). Just before, it writes one line to
@@ -82,4 +88,21 @@ func failpoint(name string) {
 func failpointFloor() int64 {
 	n, _ := strconv.ParseInt(os.Getenv("LC_COMPACT_FLOOR"), 10, 64)
 	return n
+}
+
+func init() {
+	if os.Getenv("LC_STATS_ON_SIGUSR1") == "" {
+		return
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() { // lives as long as the process: it is the process's own probe
+		for range sig {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(os.Stderr, "runtime stats goroutines=%d heap_inuse=%d heap_objects=%d\n",
+				runtime.NumGoroutine(), ms.HeapInuse, ms.HeapObjects)
+		}
+	}()
 }

@@ -81,6 +81,7 @@ type server struct {
 	web    string        // "off" unless started with a WEB_ADDRESS
 	exited chan struct{} // closed once cmd.Wait returned
 	err    error         // cmd.Wait's error, once exited is closed
+	armed  string        // the crash point its LC_FAILPOINT arms, if any (load_test.go)
 }
 
 // output collects the server's stderr and notices the start line.
@@ -116,8 +117,14 @@ func (o *output) String() string {
 // for it to serve. env adds to or overrides its environment.
 func start(t testing.TB, dataPath string, env ...string) *server {
 	t.Helper()
+	return startWith(t, serverBinary, dataPath, env...)
+}
+
+// startWith is start with the binary bin.
+func startWith(t testing.TB, bin, dataPath string, env ...string) *server {
+	t.Helper()
 	s := &server{out: &output{started: make(chan struct{})}, exited: make(chan struct{})}
-	s.cmd = exec.Command(serverBinary)
+	s.cmd = exec.Command(bin)
 	s.cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stderr = s.out

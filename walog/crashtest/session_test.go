@@ -50,7 +50,10 @@ func openSession(addr, source string, ttl time.Duration, resume uint64) (*sess, 
 	}
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	var ans [wire.OpenAnswerSize]byte
-	if _, err := conn.Write(b); err == nil {
+	// One err for both steps: a failed read must not pass for an answer
+	// of thirteen zero bytes (a refusal).
+	_, err = conn.Write(b)
+	if err == nil {
 		_, err = io.ReadFull(conn, ans[:])
 	}
 	if err != nil {

@@ -17,12 +17,14 @@
 package history
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -284,7 +286,43 @@ func Check(ops []Op, timeout time.Duration) (Report, error) {
 	if res == porcupine.Unknown {
 		return rep, errors.Join(fmt.Errorf("porcupine could not decide %d operations within %v (visualisation %s)", rep.Ops, timeout, rep.Visualisation), err)
 	}
-	return rep, errors.Join(fmt.Errorf("%w: visualisation %s", ErrIllegal, rep.Visualisation), err)
+	// Name the keys that fail alone, and list their operations in a
+	// text file beside the visualisation, for a reader without a browser.
+	byKey := make(map[string][]porcupine.Operation)
+	for _, op := range hist {
+		k := op.Input.(Op).Key
+		byKey[k] = append(byKey[k], op)
+	}
+	var bad []string
+	var text strings.Builder
+	for k, ops := range byKey {
+		if porcupine.CheckOperationsTimeout(m, ops, timeout) != porcupine.Illegal {
+			continue
+		}
+		bad = append(bad, strconv.Quote(k))
+		slices.SortFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		fmt.Fprintf(&text, "key %q (times in µs from the first call):\n", k)
+		for _, op := range ops {
+			fmt.Fprintf(&text, "  [%10.1f, %10.1f] client %2d  %s\n", float64(op.Call)/1e3, float64(op.Return)/1e3,
+				op.ClientId, m.DescribeOperation(op.Input, op.Output))
+		}
+	}
+	slices.Sort(bad)
+	fmt.Fprintf(&text, "every operation:\n")
+	all := slices.Clone(hist)
+	slices.SortFunc(all, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	for _, op := range all {
+		fmt.Fprintf(&text, "  [%10.1f, %10.1f] client %2d  %s\n", float64(op.Call)/1e3, float64(op.Return)/1e3,
+			op.ClientId, m.DescribeOperation(op.Input, op.Output))
+	}
+	listing := ""
+	if dir != "" && text.Len() > 0 {
+		listing = filepath.Join(dir, "history.txt")
+		if werr := os.WriteFile(listing, []byte(text.String()), 0o644); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	return rep, errors.Join(fmt.Errorf("%w: keys %s; visualisation %s, listing %s", ErrIllegal, strings.Join(bad, ", "), rep.Visualisation, listing), err)
 }
 
 // state is one key: its holder ("" when free), the holder's token (0 when

@@ -1,0 +1,728 @@
+package crashtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/locking-center/locking-center/walog/crashtest/history"
+	"github.com/locking-center/locking-center/wire"
+)
+
+// TestCrashRestartUnderLoad's size: loadV1 v1 clients and loadSessions
+// session clients on loadKeys keys. -load-cycles (or LC_LOAD_CYCLES) sets
+// the number of crashes; make soak runs 1,000.
+const (
+	loadKeys       = 8
+	loadV1         = 10
+	loadSessions   = 8
+	loadSessionTTL = 30 * time.Second // outlasts every restart: sessions are resumed, not left to expire
+	// loadCompactFloor is the failpoint build's compaction floor, low so
+	// that every cycle compacts and reaches the compaction points.
+	loadCompactFloor = 4096
+)
+
+var loadCycles = flag.Int("load-cycles", 0, "crash cycles of TestCrashRestartUnderLoad (default LC_LOAD_CYCLES, else 12)")
+
+// failpoints are the crash points of the failpoint build (walog's
+// failpoint_on.go), and the largest pass each is armed at: a lock point is
+// passed on every batch, a compaction point once per compaction.
+var failpoints = []struct {
+	name    string
+	maxPass int
+}{
+	{"append-before-fsync", 40},
+	{"fsync-before-answer", 40},
+	{"release-before-apply", 40},
+	{"compact-temp-written", 2},
+	{"compact-temp-synced", 2},
+	{"compact-renamed", 2},
+	{"compact-folder-synced", 2},
+}
+
+var (
+	fpOnce   sync.Once
+	fpBinary string // the server built with -tags failpoints
+	fpErr    error
+)
+
+// failpointBinary builds the server with -tags failpoints beside the
+// normal one (TestMain removes both).
+func failpointBinary(t *testing.T) string {
+	fpOnce.Do(func() {
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			fpErr = err
+			return
+		}
+		fpBinary = filepath.Join(filepath.Dir(serverBinary), "locking-center-failpoints")
+		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", fpBinary, ".")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fpErr = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
+		}
+	})
+	if fpErr != nil {
+		t.Fatal(fpErr)
+	}
+	return fpBinary
+}
+
+// errHungUp is a v1 request the client gave up on: it closed the socket.
+var errHungUp = errors.New("hung up")
+
+// v1Ask sends one v1 frame on a new connection and reads the answer. With
+// giveUp > 0 it hangs up (closes the socket) if no answer came by then.
+func v1Ask(addr string, f wire.Frame, giveUp time.Duration) (byte, error) {
+	b, err := f.Append(nil)
+	if err != nil {
+		return 0, err
+	}
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		return 0, err
+	}
+	wait := time.Minute
+	if giveUp > 0 {
+		wait = giveUp
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	var a [1]byte
+	if _, err := io.ReadFull(c, a[:]); err != nil {
+		if giveUp > 0 && isTimeout(err) {
+			return 0, errHungUp
+		}
+		return 0, err
+	}
+	return a[0], nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// outcomeOf maps an answer byte to what the history records.
+func outcomeOf(a byte) history.Outcome {
+	switch a {
+	case wire.AnswerOK:
+		return history.OK
+	case wire.AnswerLocked:
+		return history.Busy
+	case wire.AnswerFail:
+		return history.Fail
+	}
+	return history.Unknown
+}
+
+// lsess is a session of the load test: sess with requests that may be
+// left waiting (a Lock given up on is cancelled, or its connection
+// dropped), so it keeps the bytes of an answer read in part.
+type lsess struct {
+	*sess
+	part []byte
+}
+
+// send writes one request and returns its id.
+func (s *lsess) send(a wire.Action, key string, token uint64) (uint32, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.next++
+	id := s.next
+	b, err := wire.Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
+	if err == nil {
+		_, err = s.conn.Write(b)
+	}
+	return id, err
+}
+
+// cancel sends a Cancel of the Lock id.
+func (s *lsess) cancel(id uint32) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	b, err := wire.Request{Action: wire.Cancel, ID: id}.Append(nil)
+	if err == nil {
+		_, err = s.conn.Write(b)
+	}
+	return err
+}
+
+// await reads answers until the one to id, skipping Pings'. A timeout
+// leaves the connection usable (the bytes read so far are kept).
+func (s *lsess) await(id uint32, d time.Duration) (wire.Answer, error) {
+	_ = s.conn.SetReadDeadline(time.Now().Add(d))
+	var buf [64]byte
+	for {
+		for len(s.part) >= wire.AnswerSize {
+			a, err := wire.DecodeAnswer(s.part[:wire.AnswerSize])
+			s.part = s.part[wire.AnswerSize:]
+			if err != nil {
+				return a, err
+			}
+			if a.ID == id {
+				return a, nil
+			}
+			if a.ID&pingID == 0 {
+				return a, fmt.Errorf("answer for id %d while waiting for %d", a.ID, id)
+			}
+		}
+		n, err := s.conn.Read(buf[:])
+		s.part = append(s.part, buf[:n]...)
+		if err != nil && n == 0 {
+			return wire.Answer{}, err
+		}
+	}
+}
+
+// ask sends a request and waits for its answer.
+func (s *lsess) ask(a wire.Action, key string, token uint64) (wire.Answer, error) {
+	id, err := s.send(a, key, token)
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	return s.await(id, time.Minute)
+}
+
+// loadRun is the state of TestCrashRestartUnderLoad shared by its
+// clients.
+type loadRun struct {
+	t    *testing.T
+	keys []string
+	rec  *history.Recorder // the current cycle's history
+	addr string            // the current server
+}
+
+// v1Client is one v1 client: it locks (sometimes giving up mid-queue),
+// try-locks, unlocks, resets keys and its own source.
+type v1Client struct {
+	id   int
+	name string
+	held string // the key it was told '+' for and has not released
+}
+
+func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		if w.held != "" {
+			if !w.release(lr, rng) {
+				return
+			}
+			continue
+		}
+		k := lr.keys[rng.IntN(len(lr.keys))]
+		kind, action := history.Lock, wire.Lock
+		var giveUp time.Duration
+		switch r := rng.IntN(20); {
+		case r < 11:
+			if rng.IntN(4) == 0 {
+				giveUp = time.Duration(1+rng.IntN(30)) * time.Millisecond // a hang-up mid-queue
+			}
+		case r < 18:
+			kind, action = history.TryLock, wire.TryLock
+		default:
+			kind, action = history.ResetKey, wire.ResetByKey
+		}
+		h := lr.rec.Call(history.Op{Client: w.id, Kind: kind, Key: k, Who: w.name})
+		a, err := v1Ask(lr.addr, wire.Frame{Action: action, Key: k, Source: w.name}, giveUp)
+		switch {
+		case errors.Is(err, errHungUp):
+			continue // applied or not: left open, settled at the next restart
+		case err != nil:
+			return // the server died: left open
+		}
+		lr.rec.Return(h, outcomeOf(a), 0)
+		if a == wire.AnswerOK && action != wire.ResetByKey {
+			w.held = k
+			if d := rng.IntN(300); d > 0 {
+				time.Sleep(time.Duration(d) * time.Microsecond) // the critical section
+			}
+		}
+	}
+}
+
+// release gives its key back by Unlock or, now and then, by a reset of
+// its own source; false when the server died meanwhile.
+func (w *v1Client) release(lr *loadRun, rng *rand.Rand) bool {
+	op := history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name}
+	f := wire.Frame{Action: wire.Unlock, Key: w.held, Source: w.name}
+	if rng.IntN(8) == 0 {
+		op.Kind, op.Key = history.ResetSource, history.AllKeys
+		f = wire.Frame{Action: wire.ResetBySource, Source: w.name}
+	}
+	h := lr.rec.Call(op)
+	a, err := v1Ask(lr.addr, f, 0)
+	if err != nil {
+		return false
+	}
+	lr.rec.Return(h, outcomeOf(a), 0)
+	w.held = ""
+	return true
+}
+
+// sClient is one session client: Lock (sometimes cancelled, sometimes
+// dropped while it waits), TryLock, Unlock by token, drops and resumes,
+// Close and a new session.
+type sClient struct {
+	id    int
+	name  string
+	s     *lsess
+	sid   uint64
+	held  string
+	token uint64
+}
+
+// open opens a new session; false when the server is gone.
+func (w *sClient) open(lr *loadRun) bool {
+	s, err := openSession(lr.addr, w.name, loadSessionTTL, 0)
+	if err != nil {
+		return false
+	}
+	w.s, w.sid = &lsess{sess: s}, s.id
+	return true
+}
+
+// resume takes the session back on a new connection. A refused resume is
+// recorded: the session held nothing (history checks that), and a new
+// one is opened. false when the server is gone.
+func (w *sClient) resume(lr *loadRun) bool {
+	if w.s != nil {
+		w.s.close()
+		w.s = nil
+	}
+	if w.sid == 0 {
+		return w.open(lr)
+	}
+	call := time.Now()
+	s, err := openSession(lr.addr, w.name, loadSessionTTL, w.sid)
+	switch {
+	case errors.Is(err, errOpenRefused):
+		lr.rec.Settle(time.Now(), func(c int) bool { return c == w.id })
+		lr.rec.Add(history.Op{Client: w.id, Kind: history.Absent, Key: history.AllKeys, Who: w.name,
+			Outcome: history.OK, Call: call, Return: time.Now()})
+		w.held, w.token = "", 0
+		return w.open(lr)
+	case err != nil:
+		return false
+	}
+	// A Lock pending on the dropped connection was withdrawn, or granted
+	// before the drop: either way it is settled now.
+	lr.rec.Settle(time.Now(), func(c int) bool { return c == w.id })
+	w.s = &lsess{sess: s}
+	return true
+}
+
+// unlockAny releases whatever grant the session may hold on k (token 0),
+// after a Lock whose outcome it did not learn.
+func (w *sClient) unlockAny(lr *loadRun, k string) bool {
+	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: k, Who: w.name, Session: true})
+	a, err := w.s.ask(wire.Unlock, k, 0)
+	if err != nil {
+		return false
+	}
+	lr.rec.Return(h, outcomeOf(a.Status), 0)
+	return true
+}
+
+func (w *sClient) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
+	if w.s == nil && !w.resume(lr) { // a settle a crash cut short left it without one
+		return
+	}
+	for ctx.Err() == nil {
+		if w.held != "" {
+			if !w.release(lr, rng) {
+				return
+			}
+			continue
+		}
+		k := lr.keys[rng.IntN(len(lr.keys))]
+		switch r := rng.IntN(20); {
+		case r < 12:
+			if !w.lock(lr, rng, k) {
+				return
+			}
+		case r < 19:
+			h := lr.rec.Call(history.Op{Client: w.id, Kind: history.TryLock, Key: k, Who: w.name, Session: true})
+			a, err := w.s.ask(wire.TryLock, k, 0)
+			if err != nil {
+				return
+			}
+			lr.rec.Return(h, outcomeOf(a.Status), a.Token)
+			if a.Status == wire.AnswerOK {
+				w.held, w.token = k, a.Token
+				w.checkToken(lr, a)
+			}
+		default:
+			if !w.resume(lr) { // a drop with nothing pending
+				return
+			}
+		}
+	}
+}
+
+func (w *sClient) checkToken(lr *loadRun, a wire.Answer) {
+	if a.Token == 0 {
+		lr.t.Errorf("%s: '+' without a token", w.name)
+	}
+}
+
+// lock waits for k a short while; then cancels, or drops the connection
+// and resumes (the Lock's outcome is then unknown: it releases k by
+// token 0 to settle it).
+func (w *sClient) lock(lr *loadRun, rng *rand.Rand, k string) bool {
+	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Lock, Key: k, Who: w.name, Session: true})
+	id, err := w.s.send(wire.Lock, k, 0)
+	if err != nil {
+		return false
+	}
+	a, err := w.s.await(id, time.Duration(2+rng.IntN(40))*time.Millisecond)
+	if err != nil && isTimeout(err) {
+		if rng.IntN(2) == 0 {
+			if !w.resume(lr) { // dropped mid-queue: settled by the resume
+				return false
+			}
+			return w.unlockAny(lr, k)
+		}
+		if err := w.s.cancel(id); err != nil {
+			return false
+		}
+		a, err = w.s.await(id, time.Minute)
+	}
+	if err != nil {
+		return false
+	}
+	lr.rec.Return(h, outcomeOf(a.Status), a.Token)
+	if a.Status == wire.AnswerOK {
+		w.held, w.token = k, a.Token
+		w.checkToken(lr, a)
+		if d := rng.IntN(300); d > 0 {
+			time.Sleep(time.Duration(d) * time.Microsecond)
+		}
+	}
+	return true
+}
+
+// release ends its hold: by Unlock under its token, by a drop and resume
+// (the hold stays, released next time), or by Close and a new session.
+func (w *sClient) release(lr *loadRun, rng *rand.Rand) bool {
+	switch rng.IntN(10) {
+	case 0:
+		return w.resume(lr)
+	case 1:
+		h := lr.rec.Call(history.Op{Client: w.id, Kind: history.EndSession, Key: history.AllKeys, Who: w.name})
+		a, err := w.s.ask(wire.Close, "", 0)
+		if err != nil {
+			return false
+		}
+		lr.rec.Return(h, outcomeOf(a.Status), 0)
+		w.s.close()
+		w.s, w.held, w.token = nil, "", 0
+		return w.open(lr)
+	}
+	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name, Session: true, Token: w.token})
+	a, err := w.s.ask(wire.Unlock, w.held, w.token)
+	if err != nil {
+		return false
+	}
+	lr.rec.Return(h, outcomeOf(a.Status), 0)
+	if a.Status == wire.AnswerOK && a.Token != w.token {
+		lr.t.Errorf("%s: unlock under token %d answered token %d", w.name, w.token, a.Token)
+	}
+	w.held, w.token = "", 0
+	return true
+}
+
+// loadTally is what a run exercised.
+type loadTally struct {
+	cycles, randomKills int
+	hits                map[string]int // failpoint kills, by name
+	ops, grants, tokens int
+	unknown             int
+}
+
+// TestCrashRestartUnderLoad runs 18 clients on 8 keys against the real
+// binary with DATA_PATH, v1 and sessions mixed (Lock, TryLock, Unlock,
+// hang-ups mid-queue, resets by key and by source, Cancel, session drops
+// and resumes, Close), and kills the server with SIGKILL: most cycles at a
+// named crash point of the failpoint build (the least hit so far, armed at
+// a random pass), the others at a random moment. After each restart every
+// client settles what it did not learn; each cycle's history (crash and
+// restart included) is checked by porcupine against one mutex per key,
+// outcomes not learnt counting as applied or not, and the fencing tokens
+// of every cycle are above those of the cycles before.
+func TestCrashRestartUnderLoad(t *testing.T) {
+	n := 12
+	if v := os.Getenv("LC_LOAD_CYCLES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("LC_LOAD_CYCLES=%q: want a whole number of at least 1", v)
+		}
+	}
+	if *loadCycles > 0 {
+		n = *loadCycles
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("LC_CRASH_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("LC_CRASH_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
+	t.Logf("seed %d (LC_CRASH_SEED replays the choices), %d cycles", seed, n)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	fp := failpointBinary(t)
+
+	dataPath := filepath.Join(t.TempDir(), "locks.wal")
+	lr := &loadRun{t: t, rec: history.NewRecorder()}
+	for i := range loadKeys {
+		lr.keys = append(lr.keys, fmt.Sprintf("load/%d", i))
+	}
+	var v1s []*v1Client
+	for i := range loadV1 {
+		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i)})
+	}
+	var ss []*sClient
+	for i := range loadSessions {
+		ss = append(ss, &sClient{id: loadV1 + i, name: fmt.Sprintf("s%d", i)})
+	}
+	settler := loadV1 + loadSessions // the client number of the checks after a restart
+	defer func() {
+		for _, w := range ss {
+			if w.s != nil {
+				w.s.close()
+			}
+		}
+	}()
+
+	tally := loadTally{hits: make(map[string]int)}
+	var highBefore uint64 // the highest token of the cycles before
+	srv := startWith(t, fp, dataPath, "LC_COMPACT_FLOOR="+strconv.Itoa(loadCompactFloor))
+	for _, w := range ss {
+		lr.addr = srv.addr
+		if !w.open(lr) {
+			t.Fatalf("%s: could not open a session", w.name)
+		}
+	}
+	// check checks the history since the last boundary: a settle that
+	// completed, after which every key is free and no call is open.
+	var before *server // the server the last crash killed
+	check := func(cycle int) {
+		rep, err := lr.rec.Check(time.Minute)
+		tally.ops += rep.Ops
+		tally.grants += rep.Grants
+		tally.tokens += rep.Tokens
+		tally.unknown += rep.Unknown
+		if err != nil {
+			prev := "(none)"
+			if before != nil {
+				prev = before.out.String()
+			}
+			t.Errorf("cycle %d: %v\noutput of the server the crash killed:\n%s\noutput since the restart:\n%s", cycle, err, prev, srv.out)
+		}
+		// Tokens only grow: every token since the boundary is above every
+		// token before it, whatever the key.
+		low, high := tokenRange(lr.rec.Ops())
+		if low != 0 && low <= highBefore {
+			t.Errorf("cycle %d: token %d is not above %d, the highest before", cycle, low, highBefore)
+		}
+		highBefore = max(highBefore, high)
+		lr.rec = history.NewRecorder()
+	}
+	for cycle := range n {
+		lr.addr = srv.addr
+		// The server of this cycle was started armed at a crash point
+		// (or not) by the cycle before. First every client settles what
+		// the last crash left unknown; a crash point may stop that too.
+		if settleAfterRestart(t, lr, srv, v1s, ss, settler, cycle) {
+			check(cycle)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, w := range v1s {
+			wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(cycle)))
+			wg.Go(func() { w.run(ctx, lr, wrng) })
+		}
+		for _, w := range ss {
+			wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(cycle)))
+			wg.Go(func() { w.run(ctx, lr, wrng) })
+		}
+		wait := time.Duration(20+rng.IntN(280)) * time.Millisecond
+		if srv.armed != "" {
+			wait = 3 * time.Second // reached well before, unless the load missed it
+		}
+		select {
+		case <-srv.exited:
+		case <-time.After(wait):
+			srv.kill()
+		}
+		dead := time.Now()
+		if srv.armed != "" && strings.Contains(srv.out.String(), "failpoint "+srv.armed+" reached") {
+			tally.hits[srv.armed]++
+		} else {
+			tally.randomKills++
+		}
+		cancel()
+		wg.Wait()
+		for _, w := range ss {
+			if w.s != nil {
+				w.s.close() // its connection died with the server
+				w.s = nil
+			}
+		}
+		// Nothing still open can take effect after the process died.
+		lr.rec.Settle(dead, nil)
+		tally.cycles++
+		if t.Failed() {
+			break
+		}
+
+		// The next server: armed at the least hit crash point at a
+		// random pass, or (one cycle in eight, and the last) left for a
+		// random SIGKILL.
+		env := []string{"LC_COMPACT_FLOOR=" + strconv.Itoa(loadCompactFloor)}
+		if cycle%8 != 7 && cycle < n-1 {
+			fpi := leastHit(tally.hits)
+			env = append(env, fmt.Sprintf("LC_FAILPOINT=%s:%d", failpoints[fpi].name, 1+rng.IntN(failpoints[fpi].maxPass)))
+		}
+		before = srv
+		srv = startWith(t, fp, dataPath, env...)
+		srv.armed = armedOf(env)
+	}
+	lr.addr = srv.addr
+	if !t.Failed() && settleAfterRestart(t, lr, srv, v1s, ss, settler, n) {
+		check(n)
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	<-srv.exited
+	if srv.err != nil {
+		t.Errorf("server exit on SIGTERM: %v\n%s", srv.err, srv.out)
+	}
+	var hits []string
+	for _, f := range failpoints {
+		hits = append(hits, fmt.Sprintf("%s %d", f.name, tally.hits[f.name]))
+	}
+	t.Logf("%d cycles: %d crash-point kills (%s), %d random SIGKILLs; %d operations checked by porcupine, %d grants (%d with their token), %d outcomes unknown; 0 violations unless reported above",
+		tally.cycles, tally.cycles-tally.randomKills, strings.Join(hits, ", "), tally.randomKills, tally.ops, tally.grants, tally.tokens, tally.unknown)
+	if tally.grants < tally.cycles {
+		t.Errorf("only %d grants in %d cycles: the test exercised little", tally.grants, tally.cycles)
+	}
+	if min := os.Getenv("LC_FAILPOINT_MIN_HITS"); min != "" {
+		want, _ := strconv.Atoi(min)
+		for _, f := range failpoints {
+			if tally.hits[f.name] < want {
+				t.Errorf("crash point %s hit %d times, want at least %d", f.name, tally.hits[f.name], want)
+			}
+		}
+	}
+}
+
+// settleAfterRestart brings every client back to a known state after a
+// restart, recording each step: a v1 holder unlocks its key (which must
+// have survived), each session resumes (its holds must have survived) and
+// releases what it holds, and a checker try-locks every key, then resets
+// it, so that every key is free and no call open: a boundary of the
+// history. It returns false if the server died meanwhile (an armed crash
+// point), which is not an error.
+func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client, ss []*sClient, settler, cycle int) bool {
+	t.Helper()
+	gone := func(what string, err error) bool {
+		select {
+		case <-srv.exited:
+			return false // a crash point stopped the server: the cycle's crash came early
+		case <-time.After(100 * time.Millisecond):
+		}
+		t.Errorf("cycle %d: %s after the restart: %v\n%s", cycle, what, err, srv.out)
+		return false
+	}
+	for _, w := range v1s {
+		if w.held == "" {
+			continue
+		}
+		if !w.release(lr, rand.New(rand.NewPCG(uint64(cycle), uint64(w.id)))) {
+			return gone(w.name+" unlock", errors.New("no answer"))
+		}
+	}
+	for _, w := range ss {
+		if !w.resume(lr) {
+			return gone(w.name+" resume", errors.New("no answer"))
+		}
+		if w.held != "" {
+			h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name, Session: true, Token: w.token})
+			a, err := w.s.ask(wire.Unlock, w.held, w.token)
+			if err != nil {
+				return gone(w.name+" unlock", err)
+			}
+			lr.rec.Return(h, outcomeOf(a.Status), 0)
+			w.held, w.token = "", 0
+		}
+	}
+	for _, k := range lr.keys {
+		h := lr.rec.Call(history.Op{Client: settler, Kind: history.TryLock, Key: k, Who: "checker"})
+		a, err := v1Ask(lr.addr, wire.Frame{Action: wire.TryLock, Key: k, Source: "checker"}, 0)
+		if err != nil {
+			return gone("checker trylock", err)
+		}
+		lr.rec.Return(h, outcomeOf(a), 0)
+		h = lr.rec.Call(history.Op{Client: settler, Kind: history.ResetKey, Key: k, Who: "checker"})
+		a, err = v1Ask(lr.addr, wire.Frame{Action: wire.ResetByKey, Key: k}, 0)
+		if err != nil {
+			return gone("checker reset", err)
+		}
+		lr.rec.Return(h, outcomeOf(a), 0)
+	}
+	return true
+}
+
+// leastHit returns the index of the crash point hit least so far.
+func leastHit(hits map[string]int) int {
+	best := 0
+	for i, f := range failpoints {
+		if hits[f.name] < hits[failpoints[best].name] {
+			best = i
+		}
+	}
+	return best
+}
+
+// armedOf returns the crash point an environment arms ("" for none).
+func armedOf(env []string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LC_FAILPOINT="); ok {
+			name, _, _ := strings.Cut(v, ":")
+			return name
+		}
+	}
+	return ""
+}
+
+// tokenRange returns the lowest and highest known grant token of ops (0,
+// 0 for none).
+func tokenRange(ops []history.Op) (low, high uint64) {
+	var ts []uint64
+	for _, op := range ops {
+		if op.Token != 0 && op.Outcome == history.OK && (op.Kind == history.Lock || op.Kind == history.TryLock) {
+			ts = append(ts, op.Token)
+		}
+	}
+	if len(ts) == 0 {
+		return 0, 0
+	}
+	return slices.Min(ts), slices.Max(ts)
+}

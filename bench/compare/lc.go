@@ -39,6 +39,7 @@ type v1Client struct {
 	frame  []byte // reused frame buffer; a v1Client serves one goroutine
 }
 
+// Lock blocks until key is granted to this client.
 func (c *v1Client) Lock(ctx context.Context, key string) error {
 	return c.do(ctx, actLock, key, nil)
 }
@@ -50,10 +51,12 @@ func (c *v1Client) LockSent(ctx context.Context, key string, sent func()) error 
 	return c.do(ctx, actLock, key, sent)
 }
 
+// Unlock releases this client's grant of key.
 func (c *v1Client) Unlock(ctx context.Context, key string) error {
 	return c.do(ctx, actUnlock, key, nil)
 }
 
+// Close releases what the client holds open.
 func (c *v1Client) Close() error { return nil }
 
 func (c *v1Client) do(ctx context.Context, action byte, key string, sent func()) error {
@@ -337,6 +340,7 @@ type sessionClient struct {
 	tokens map[string]uint64
 }
 
+// Lock blocks until key is granted to this client.
 func (c *sessionClient) Lock(ctx context.Context, key string) error {
 	a, err := c.s.call(actLock, 0, key)
 	if err != nil {
@@ -349,6 +353,7 @@ func (c *sessionClient) Lock(ctx context.Context, key string) error {
 	return nil
 }
 
+// Unlock releases this client's grant of key.
 func (c *sessionClient) Unlock(ctx context.Context, key string) error {
 	token, ok := c.tokens[key]
 	if !ok {
@@ -369,6 +374,7 @@ func (c *sessionClient) share() client {
 	return &sessionClient{s: c.s, tokens: make(map[string]uint64)}
 }
 
+// Close releases what the client holds open.
 func (c *sessionClient) Close() error {
 	if c.own {
 		return c.s.close()

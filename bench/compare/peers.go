@@ -28,9 +28,14 @@ type connectFloor struct {
 	dialer net.Dialer
 }
 
-func (c *connectFloor) Lock(ctx context.Context, _ string) error   { return c.exchange(ctx) }
+// Lock is one exchange: a floor locks nothing.
+func (c *connectFloor) Lock(ctx context.Context, _ string) error { return c.exchange(ctx) }
+
+// Unlock is one exchange, as Lock.
 func (c *connectFloor) Unlock(ctx context.Context, _ string) error { return c.exchange(ctx) }
-func (c *connectFloor) Close() error                               { return nil }
+
+// Close releases what the client holds open.
+func (c *connectFloor) Close() error { return nil }
 
 func (c *connectFloor) exchange(ctx context.Context) error {
 	conn, err := c.dialer.DialContext(ctx, "tcp", c.addr)
@@ -65,9 +70,14 @@ func dialPersistentFloor(ctx context.Context, addr string) (*persistentFloor, er
 	return &persistentFloor{conn: conn}, nil
 }
 
-func (c *persistentFloor) Lock(context.Context, string) error   { return c.exchange() }
+// Lock is one exchange: a floor locks nothing.
+func (c *persistentFloor) Lock(context.Context, string) error { return c.exchange() }
+
+// Unlock is one exchange, as Lock.
 func (c *persistentFloor) Unlock(context.Context, string) error { return c.exchange() }
-func (c *persistentFloor) Close() error                         { return c.conn.Close() }
+
+// Close releases what the client holds open.
+func (c *persistentFloor) Close() error { return c.conn.Close() }
 
 func (c *persistentFloor) exchange() error {
 	c.b[0] = '.'
@@ -105,6 +115,7 @@ func newRedisClient(addr string, id int, retry time.Duration) *redisClient {
 	}
 }
 
+// Lock blocks until key is granted to this client.
 func (c *redisClient) Lock(ctx context.Context, key string) error {
 	c.n++
 	value := c.id + strconv.FormatUint(c.n, 10) + "-" + strconv.FormatUint(rand.Uint64(), 36)
@@ -127,6 +138,7 @@ func (c *redisClient) Lock(ctx context.Context, key string) error {
 	}
 }
 
+// Unlock releases this client's grant of key.
 func (c *redisClient) Unlock(ctx context.Context, key string) error {
 	value, ok := c.values[key]
 	if !ok {
@@ -143,6 +155,7 @@ func (c *redisClient) Unlock(ctx context.Context, key string) error {
 	return nil
 }
 
+// Close releases what the client holds open.
 func (c *redisClient) Close() error { return c.rdb.Close() }
 
 // etcdClient locks with etcd's concurrency.Mutex, one client connection and
@@ -173,6 +186,7 @@ func newEtcdClient(ctx context.Context, endpoint string) (*etcdClient, error) {
 	return &etcdClient{cli: cli, sess: sess, own: true, mutexes: make(map[string]*concurrency.Mutex)}, nil
 }
 
+// Lock blocks until key is granted to this client.
 func (c *etcdClient) Lock(ctx context.Context, key string) error {
 	m := concurrency.NewMutex(c.sess, "/bench/"+key)
 	if err := m.Lock(ctx); err != nil {
@@ -182,6 +196,7 @@ func (c *etcdClient) Lock(ctx context.Context, key string) error {
 	return nil
 }
 
+// Unlock releases this client's grant of key.
 func (c *etcdClient) Unlock(ctx context.Context, key string) error {
 	m, ok := c.mutexes[key]
 	if !ok {
@@ -198,6 +213,7 @@ func (c *etcdClient) share() client {
 	return &etcdClient{cli: c.cli, sess: c.sess, mutexes: make(map[string]*concurrency.Mutex)}
 }
 
+// Close releases what the client holds open.
 func (c *etcdClient) Close() error {
 	if !c.own {
 		return nil
@@ -227,6 +243,7 @@ func pgKey(key string) int64 {
 	return int64(h.Sum64())
 }
 
+// Lock blocks until key is granted to this client.
 func (c *pgClient) Lock(ctx context.Context, key string) error {
 	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", pgKey(key)); err != nil {
 		return fmt.Errorf("pg_advisory_lock: %w", err)
@@ -234,6 +251,7 @@ func (c *pgClient) Lock(ctx context.Context, key string) error {
 	return nil
 }
 
+// Unlock releases this client's grant of key.
 func (c *pgClient) Unlock(ctx context.Context, key string) error {
 	var released bool
 	if err := c.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", pgKey(key)).Scan(&released); err != nil {
@@ -245,6 +263,7 @@ func (c *pgClient) Unlock(ctx context.Context, key string) error {
 	return nil
 }
 
+// Close releases what the client holds open.
 func (c *pgClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

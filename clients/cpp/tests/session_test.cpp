@@ -78,7 +78,7 @@ bool queue_is(const std::string& key, int want, std::chrono::milliseconds limit 
 // A server of the test's own from $LC_SERVER_BIN on free loopback ports.
 class own_server {
 public:
-    explicit own_server(std::string data = {}) : data_(std::move(data)) {
+    explicit own_server(std::string data = {}, std::string auth = {}) : data_(std::move(data)), auth_(std::move(auth)) {
         port_ = free_port();
         do web_port_ = free_port();
         while (web_port_ == port_);
@@ -89,9 +89,11 @@ public:
     /// Starts it and waits for /readyz; false when it did not come up.
     bool start() {
         const char* bin = std::getenv("LC_SERVER_BIN");
-        std::string e_bind = "BIND_ADDRESS=" + address(), e_web = "WEB_ADDRESS=" + web(), e_data = "DATA_PATH=" + data_;
+        std::string e_bind = "BIND_ADDRESS=" + address(), e_web = "WEB_ADDRESS=" + web(), e_data = "DATA_PATH=" + data_,
+                    e_auth = "AUTH_TOKEN=" + auth_;
         std::vector<char*> env{e_bind.data(), e_web.data()};
         if (!data_.empty()) env.push_back(e_data.data());
+        if (!auth_.empty()) env.push_back(e_auth.data());
         env.push_back(nullptr);
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
@@ -124,7 +126,7 @@ private:
         ::close(fd);
         return port;
     }
-    std::string data_;
+    std::string data_, auth_;
     int port_ = 0, web_port_ = 0;
     pid_t pid_ = 0;
 };
@@ -513,6 +515,19 @@ TEST(OwnServer, SessionLostPastItsTtl) {
     EXPECT_LE(clock_type::now() - t0, 1500ms);
     EXPECT_THROW(held.check(), lc::session_lost_error);
     EXPECT_EQ(told, 1);
+}
+
+// AUTH_TOKEN: refused without it (refused_error), served with it.
+TEST(OwnServer, AuthToken) {
+    if (std::getenv("LC_SERVER_BIN") == nullptr) GTEST_SKIP() << "LC_SERVER_BIN not set";
+    own_server srv({}, "s3cret-token");
+    ASSERT_TRUE(srv.start());
+    EXPECT_THROW(lc::session{srv.address()}, lc::refused_error);
+    lc::session_options o;
+    o.auth = "s3cret-token";
+    lc::session s(srv.address(), o);
+    lc::session_lock held(s, "k", 5s);
+    EXPECT_NE(held.token(), 0u);
 }
 
 }  // namespace

@@ -156,13 +156,7 @@ func (s *servers) startEcho(ctx context.Context) error {
 	s.systems["floor-session"] = &system{
 		name: "floor-session", floor: true, shared: true,
 		what: "the session protocol's frames answered `+` at once by a trivial server, through bench-compare's session driver: what the driver and the framing cost, without a lock table",
-		connect: func(ctx context.Context, id int) (client, error) {
-			sess, err := openSession(ctx, sessionAddr, "bench-"+strconv.Itoa(id), 60_000)
-			if err != nil {
-				return nil, err
-			}
-			return &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}, nil
-		},
+		connect: sessionConnect(sessionAddr),
 	}
 	s.systems["floor-persistent"] = &system{
 		name: "floor-persistent", floor: true,
@@ -240,16 +234,22 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 		s.systems["lc-session"+suffix] = &system{
 			name: "lc-session" + suffix, durable: durable, shared: true,
 			what: "Locking-Center session (action 16), one persistent connection per client, " + where,
-			connect: func(ctx context.Context, id int) (client, error) {
-				sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
-				if err != nil {
-					return nil, err
-				}
-				return &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}, nil
-			},
+			connect: sessionConnect(addr),
 		}
 	}
 	return nil
+}
+
+// sessionConnect connects a client with a session of its own to addr. Its
+// TTL of 60 s outlasts any run: the benchmark sends no Ping.
+func sessionConnect(addr string) func(context.Context, int) (client, error) {
+	return func(ctx context.Context, id int) (client, error) {
+		sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
+		if err != nil {
+			return nil, err
+		}
+		return &sessionClient{s: sess, own: true, tokens: make(map[string]uint64)}, nil
+	}
 }
 
 func (s *servers) startRedis(ctx context.Context, retry time.Duration) error {

@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/.ci/tools/bin:$(PATH)
 # of other tests, which start them with their own -test.run.
 SKIP_IN_RACE_RUN := ^(TestConformance.*|TestMillionKeysLeaveNoTrace|TestHelper.*)$$
 
-.PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run
+.PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run soak
 
 test: setup check go-test fuzz clients deploy-test
 	@echo "make test: all green"
@@ -57,6 +57,14 @@ clients:
 
 deploy-test:
 	deploy/test.sh
+
+# 1,000 SIGKILL cycles of the real server under load (the failpoint build,
+# each named crash point hit at least 100 times, every cycle's history
+# checked), then a minute of load on one server checked for leaks. See
+# docs/reliability.md.
+soak:
+	LC_LOAD_CYCLES=1000 LC_FAILPOINT_MIN_HITS=100 LC_LEAK_DURATION=60s \
+		$(GO) test -count=1 -timeout 60m -run '^(TestCrashRestartUnderLoad|TestNoLeaksAfterLoad)$$' -v ./walog/crashtest
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench ./locker

@@ -155,7 +155,7 @@ func (s *servers) startEcho(ctx context.Context) error {
 	}
 	s.systems["floor-session"] = &system{
 		name: "floor-session", floor: true, shared: true,
-		what: "the session protocol's frames answered `+` at once by a trivial server, through bench-compare's session driver: what the driver and the framing cost, without a lock table",
+		what:    "the session protocol's frames answered `+` at once by a trivial server, through bench-compare's session driver: what the driver and the framing cost, without a lock table",
 		connect: sessionConnect(sessionAddr),
 	}
 	s.systems["floor-persistent"] = &system{
@@ -233,7 +233,7 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 		}
 		s.systems["lc-session"+suffix] = &system{
 			name: "lc-session" + suffix, durable: durable, shared: true,
-			what: "Locking-Center session (action 16), one persistent connection per client, " + where,
+			what:    "Locking-Center session (action 16), one persistent connection per client, " + where,
 			connect: sessionConnect(addr),
 		}
 	}

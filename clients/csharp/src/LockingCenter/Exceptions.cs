@@ -66,6 +66,11 @@ namespace LockingCenter
         /// <summary>Creates the exception with a message.</summary>
         /// <param name="message">What was refused.</param>
         public RefusedException(string message) : base(message) { }
+
+        /// <summary>Creates the exception with a message and its cause.</summary>
+        /// <param name="message">What was refused.</param>
+        /// <param name="inner">The cause, or null.</param>
+        public RefusedException(string message, Exception inner) : base(message, inner) { }
     }
 
     /// <summary>
@@ -116,5 +121,66 @@ namespace LockingCenter
 
         /// <summary>The key that was waited for.</summary>
         public string Key { get; private set; }
+    }
+
+    /// <summary>
+    /// A session's unlock was answered '-': this session does not hold that grant (it was reset, released
+    /// already, or ended). Nothing was released, never another holder's grant.
+    /// </summary>
+    public class NotHeldException : RefusedException
+    {
+        /// <summary>Creates the exception with a message.</summary>
+        /// <param name="message">Which grant is not held.</param>
+        public NotHeldException(string message) : base(message) { }
+    }
+
+    /// <summary>
+    /// The session's connection dropped before this call's answer came. The session resumes on its own;
+    /// the call may be made again. A failed Lock or TryLock holds nothing: a grant the server made
+    /// meanwhile is released by the session after the resume.
+    /// </summary>
+    public class DisconnectedException : UnreachableException
+    {
+        /// <summary>Creates the exception with a message and the I/O cause.</summary>
+        /// <param name="message">What was lost.</param>
+        /// <param name="inner">The socket error, or null.</param>
+        public DisconnectedException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// An unlock or a reset was sent but its answer never came (the connection dropped, or the caller
+    /// stopped waiting): it may or may not have taken effect. It is never resent blindly; a session's
+    /// unlock by token is settled after the resume, where it can release only that grant.
+    /// </summary>
+    public class OutcomeUnknownException : UnreachableException
+    {
+        /// <summary>Creates the exception with a message and the cause.</summary>
+        /// <param name="message">What was lost.</param>
+        /// <param name="inner">The cause, or null.</param>
+        public OutcomeUnknownException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// The session ended without Close: the server refused to resume it (it expired, was ended from the
+    /// web API, or the server restarted without its log), or its TTL passed without a resume. Every hold
+    /// it had is gone, or goes at the server's expiry; every pending and later call fails with this.
+    /// </summary>
+    public class SessionLostException : LockingCenterException
+    {
+        /// <summary>Creates the exception with a message and the cause.</summary>
+        /// <param name="message">Why the session was lost.</param>
+        /// <param name="inner">The cause, or null.</param>
+        public SessionLostException(string message, Exception inner) : base(message, inner) { }
+    }
+
+    /// <summary>
+    /// A call on a session after <see cref="LockingCenterSession.CloseAsync"/>, or a Lock refused by that
+    /// close. Nothing is held through a closed session.
+    /// </summary>
+    public class SessionClosedException : LockingCenterException
+    {
+        /// <summary>Creates the exception with a message.</summary>
+        /// <param name="message">What was closed.</param>
+        public SessionClosedException(string message) : base(message) { }
     }
 }

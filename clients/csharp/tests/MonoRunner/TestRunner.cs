@@ -1,8 +1,8 @@
-// Runs every public method marked [Fact] (or a subclass of it, such as [Theory]) in this assembly,
-// one fresh instance of its class per test as xunit does, awaiting the ones that return a Task. A
-// [Theory] runs once per [InlineData], with its arguments, as "Class.Method(arg, ...)". Prints one
-// line per test and then "N passed, N failed, N skipped"; exits 1 when a test failed.
+// Runs every public [Fact] (and [Theory], once per [InlineData]) of this assembly, a fresh instance of
+// its class per test as xunit does, awaiting those that return a Task (60 s each). Prints a line per
+// test, then "N passed, N failed, N skipped"; exits 1 when a test failed or none passed.
 // Usage: mono LockingCenter.Tests.exe [substring-of-test-name ...]
+//        mono LockingCenter.Tests.exe --hold ADDRESS TTL_MS KEY...   (the holder the SIGKILL test starts)
 using System;
 using System.Diagnostics;
 using System.Linq;
@@ -14,85 +14,49 @@ namespace LockingCenter.Tests
 {
     internal static class TestRunner
     {
-        private static readonly TimeSpan TestTimeout = TimeSpan.FromSeconds(60);
-
         private static int Main(string[] args)
         {
+            if (args.Length > 0 && args[0] == "--hold") return SessionTests.Hold(args.Skip(1).ToArray());
             int passed = 0, failed = 0, skipped = 0;
-            var tests = typeof(TestRunner).Assembly.GetTypes()
-                .Where(t => t.IsClass && t.IsPublic && !t.IsAbstract)
-                .OrderBy(t => t.FullName, StringComparer.Ordinal)
-                .SelectMany(t => t.GetMethods(BindingFlags.Public | BindingFlags.Instance)
-                    .Where(m => m.GetCustomAttributes(typeof(FactAttribute), true).Length > 0)
-                    .OrderBy(m => m.MetadataToken)
-                    .SelectMany(m => Cases(m).Select(row => new { Type = t, Method = m, Args = row })));
+            var tests = from t in typeof(TestRunner).Assembly.GetTypes()
+                        where t.IsClass && t.IsPublic && !t.IsAbstract
+                        orderby t.FullName
+                        from m in t.GetMethods(BindingFlags.Public | BindingFlags.Instance)
+                        let fact = (FactAttribute)m.GetCustomAttributes(typeof(FactAttribute), true).FirstOrDefault()
+                        where fact != null
+                        orderby m.MetadataToken
+                        from row in m.GetCustomAttributes(typeof(InlineDataAttribute), true).Cast<InlineDataAttribute>()
+                            .Select(d => d.Data).DefaultIfEmpty(null)
+                        select new { t, m, fact, row };
             foreach (var test in tests)
             {
-                string name = test.Type.Name + "." + test.Method.Name
-                    + (test.Args == null ? "" : "(" + string.Join(", ", test.Args.Select(a => a == null ? "null" : a.ToString())) + ")");
-                if (args.Length > 0 && !args.Any(a => name.IndexOf(a, StringComparison.Ordinal) >= 0)) continue;
-                var fact = (FactAttribute)test.Method.GetCustomAttributes(typeof(FactAttribute), true)[0];
-                if (fact.Skip != null)
+                string name = test.t.Name + "." + test.m.Name + (test.row == null ? "" : "(" + string.Join(", ", test.row) + ")");
+                if (args.Length > 0 && !args.Any(a => name.Contains(a))) continue;
+                if (test.fact.Skip != null)
                 {
                     skipped++;
-                    Console.WriteLine("SKIP " + name + ": " + fact.Skip);
+                    Console.WriteLine("SKIP " + name + ": " + test.fact.Skip);
                     continue;
                 }
                 var watch = Stopwatch.StartNew();
                 try
                 {
-                    object instance = Activator.CreateInstance(test.Type);
-                    try
-                    {
-                        object result = test.Method.Invoke(instance, test.Args);
-                        var task = result as Task;
-                        if (task != null && !task.Wait(TestTimeout))
-                            throw new TimeoutException("test did not finish within " + TestTimeout.TotalSeconds + " s");
-                    }
-                    finally
-                    {
-                        var disposable = instance as IDisposable;
-                        if (disposable != null) disposable.Dispose();
-                    }
+                    object instance = Activator.CreateInstance(test.t);
+                    var task = test.m.Invoke(instance, test.row) as Task;
+                    if (task != null && !task.Wait(TimeSpan.FromSeconds(60))) throw new TimeoutException("test did not finish within 60 s");
                     passed++;
                     Console.WriteLine("PASS " + name + " (" + watch.ElapsedMilliseconds + " ms)");
                 }
                 catch (Exception e)
                 {
                     failed++;
-                    Exception cause = Unwrap(e);
-                    Console.WriteLine("FAIL " + name + " (" + watch.ElapsedMilliseconds + " ms): "
-                        + cause.GetType().Name + ": " + cause.Message);
-                    if (!(cause is AssertFailedException)) Console.WriteLine(Indent(cause.ToString()));
-                    else Console.WriteLine(Indent(cause.StackTrace ?? ""));
+                    while ((e is TargetInvocationException || e is AggregateException) && e.InnerException != null) e = e.InnerException;
+                    Console.WriteLine("FAIL " + name + " (" + watch.ElapsedMilliseconds + " ms): " + e.GetType().Name + ": " + e.Message);
+                    Console.WriteLine("    " + (e is AssertFailedException ? e.StackTrace : e.ToString()).Replace("\n", "\n    "));
                 }
             }
             Console.WriteLine(passed + " passed, " + failed + " failed, " + skipped + " skipped");
             return failed == 0 && passed > 0 ? 0 : 1;
-        }
-
-        /// <summary>The argument lists of a test: one per [InlineData] of a [Theory], or just null (no arguments).</summary>
-        private static object[][] Cases(MethodInfo method)
-        {
-            var rows = method.GetCustomAttributes(typeof(InlineDataAttribute), true)
-                .Cast<InlineDataAttribute>().Select(d => d.Data).ToArray();
-            return rows.Length > 0 ? rows : new object[][] { null };
-        }
-
-        private static Exception Unwrap(Exception e)
-        {
-            while (true)
-            {
-                if (e is TargetInvocationException && e.InnerException != null) { e = e.InnerException; continue; }
-                var agg = e as AggregateException;
-                if (agg != null && agg.InnerExceptions.Count == 1) { e = agg.InnerExceptions[0]; continue; }
-                return e;
-            }
-        }
-
-        private static string Indent(string s)
-        {
-            return "    " + s.Replace("\n", "\n    ");
         }
     }
 }

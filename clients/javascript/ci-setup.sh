@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the JavaScript client's checks need: Node.js >= 20 with npm,
-# and the devDependencies pinned in package-lock.json (typescript,
-# @types/node). Idempotent; fast when everything is already there.
+# and the dev dependency pinned in package-lock.json (typescript 5.9; no
+# @types: the package's types stand alone). Idempotent; fast when everything
+# is already there. package-check.sh installs typescript@5.9.3 (and
+# @types/node, for one check) into a fresh project, from the npm cache when
+# it can.
 set -euo pipefail
 cd "$(dirname "$0")"
 

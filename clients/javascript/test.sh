@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs the JavaScript client's checks (clients/run-tests convention):
-# `tsc --noEmit` over index.d.ts and a usage file, then `node --test` over the
-# shared wire vectors, the answer mapping against a scripted socket and, when
-# LC_TEST_ADDRESS / LC_TEST_WEB_ADDRESS are set, conformance against the real
-# server. The last line is "N passed, N failed[, N skipped]" from node's TAP
-# summary; exit 77 when the toolchain is missing.
+# `tsc --noEmit` over index.d.ts and a usage file (lib ES2022, no @types);
+# `node --test` over the shared wire vectors, the answer mapping against a
+# scripted socket and, when LC_TEST_ADDRESS / LC_TEST_WEB_ADDRESS /
+# LC_SERVER_BIN are set, v1 and sessions against real servers; then the
+# package the way a user gets it (package-check.sh: npm pack, install into a
+# fresh TypeScript 5.9 project, tsc --strict with no @types, the README's
+# examples run). The last line is "N passed, N failed[, N skipped]" (node's
+# TAP summary plus one for the package check); exit 77 when the toolchain is
+# missing.
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -32,11 +36,16 @@ trap 'rm -f "$out"' EXIT
 node --test --test-reporter=tap test/*.test.js 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 
+echo "== package check"
+./package-check.sh
+pkg_rc=$?
+
 count() { sed -n "s/^# $1 \([0-9][0-9]*\)$/\1/p" "$out" | tail -n 1; }
 pass=$(count pass) fail=$(count fail) skipped=$(count skipped)
+if [ "$pkg_rc" -eq 0 ]; then pass=$(( ${pass:-0} + 1 )); else fail=$(( ${fail:-0} + 1 )); fi
 cancelled=$(count cancelled)
 fail=$(( ${fail:-0} + ${cancelled:-0} ))
-if [ -z "$pass" ]; then
+if ! grep -q '^# pass ' "$out"; then
   echo "node --test printed no summary"
   echo "0 passed, 1 failed"
   exit 1

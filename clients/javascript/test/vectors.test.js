@@ -2,7 +2,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Action, Answer, InvalidRequestError, encodeFrame } from '../index.js';
+import {
+  Action,
+  Answer,
+  InvalidRequestError,
+  SessionAction,
+  decodeAnswer,
+  decodeOpenAnswer,
+  encodeFrame,
+  encodeOpen,
+  encodeRequest,
+  openSession,
+} from '../index.js';
 import { loadVectors } from './helpers.js';
 
 const vectors = loadVectors();
@@ -39,3 +50,72 @@ test('answers', () => {
     assert.equal(known[a.char], bytes[0]);
   }
 });
+
+// -------------------------------------------------------------- sessions
+
+const status = { '+': Answer.OK, '-': Answer.FAIL, '#': Answer.NOT_WON };
+const hex = (bytes) => Buffer.from(bytes).toString('hex');
+
+test('session action numbers match', () => {
+  assert.deepEqual(vectors.session_actions, {
+    open: SessionAction.OPEN,
+    lock: SessionAction.LOCK,
+    unlock: SessionAction.UNLOCK,
+    reset_by_key: SessionAction.RESET_BY_KEY,
+    reset_by_source: SessionAction.RESET_BY_SOURCE,
+    trylock: SessionAction.TRY_LOCK,
+    cancel: SessionAction.CANCEL,
+    ping: SessionAction.PING,
+    close: SessionAction.CLOSE,
+  });
+});
+
+for (const v of vectors.session_open) {
+  test(`session open: ${v.name}`, () => {
+    const frame = encodeOpen({ version: v.version, ttlMs: v.ttl_ms, resume: BigInt(v.resume), source: v.source, auth: v.auth });
+    assert.equal(hex(frame), v.hex);
+  });
+}
+
+for (const v of vectors.session_open_answers) {
+  test(`session open answer: ${v.name}`, () => {
+    assert.deepEqual(decodeOpenAnswer(Buffer.from(v.hex, 'hex')), {
+      status: status[v.status],
+      ttlMs: v.ttl_ms,
+      session: BigInt(v.session),
+    });
+  });
+}
+
+for (const v of vectors.session_requests) {
+  test(`session request: ${v.name}`, () => {
+    assert.equal(hex(encodeRequest(v.action, v.id, BigInt(v.token), v.key)), v.hex);
+  });
+}
+
+for (const v of vectors.session_answers) {
+  test(`session answer: ${v.name}`, () => {
+    assert.deepEqual(decodeAnswer(Buffer.from(v.hex, 'hex')), {
+      id: v.id,
+      status: status[v.status],
+      token: BigInt(v.token),
+    });
+  });
+}
+
+for (const v of vectors.session_invalid) {
+  test(`session invalid: ${v.name}`, () => {
+    assert.throws(() => encodeRequest(v.action, v.id, BigInt(v.token), v.key), InvalidRequestError);
+  });
+}
+
+for (const v of vectors.session_open_invalid) {
+  test(`session open invalid: ${v.name}`, async () => {
+    assert.throws(
+      () => encodeOpen({ version: v.version, ttlMs: v.ttl_ms, resume: BigInt(v.resume), source: v.source, auth: v.auth }),
+      InvalidRequestError,
+    );
+    // openSession refuses it too, before connecting anywhere.
+    await assert.rejects(openSession({ address: '127.0.0.1:1', source: v.source, authToken: v.auth }), InvalidRequestError);
+  });
+}

@@ -352,7 +352,11 @@ public final class LockingCenter {
                 reactor.abandon(op);
             }
         });
-        reactor.start(op);
+        try {
+            reactor.start(op);
+        } catch (UnreachableException e) {
+            f.completeExceptionally(e); // no selector could be opened
+        }
         return f;
     }
 

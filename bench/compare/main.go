@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type config struct {
 	redisRetry time.Duration
 	install    bool
 	keepTmp    bool
+	cpuProfile string
 	args       []string // as given, for the README
 }
 
@@ -83,6 +85,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.redisRetry, "redis-retry", time.Millisecond, "Redis: a taken key is tried again after a random sleep of 0 to this")
 	fs.BoolVar(&cfg.install, "install", true, "run install.sh first (apt-get what is missing)")
 	fs.BoolVar(&cfg.keepTmp, "keep-tmp", false, "keep the temporary folder (data and server logs)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this program (the clients, not the servers) over the runs to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -226,6 +229,20 @@ func run(cfg config) (err error) {
 		if s, ok := srv.systems[n]; ok {
 			systems = append(systems, s)
 		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
 	}
 	m.loadBefore = loadAverage()
 	results := make(map[cell][]runResult)

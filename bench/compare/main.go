@@ -309,8 +309,8 @@ func brief(c cell, r runResult) string {
 		return fmt.Sprintf("p50 %s  p99 %s  (%d cycles)", us(percentile(lat, 50)), us(percentile(lat, 99)), r.cycles)
 	case wC:
 		lat := slices.Clone(r.latencies)
-		return fmt.Sprintf("%.0f acq/s  handover p50 %s p99 %s  jain %.4f  overtakes %d", r.rate(),
-			us(percentile(lat, 50)), us(percentile(lat, 99)), jain(r.perClient), r.overtakes)
+		return fmt.Sprintf("%.0f acq/s  handover p50 %s p99 %s  jain %.4f  overtakes %d (%d > %v)", r.rate(),
+			us(percentile(lat, 50)), us(percentile(lat, 99)), jain(r.perClient), r.overtakes, r.farOvertakes, overtakeMargin)
 	}
 	return fmt.Sprintf("%.0f cycles/s", r.rate())
 }

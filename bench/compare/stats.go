@@ -59,33 +59,44 @@ func median(xs []float64) float64 {
 // safe for concurrent use: the caller serialises Wait and Granted.
 type queue struct {
 	next    uint64
-	waiting map[int]uint64 // client → its place in the order of Wait calls
+	waiting map[int]waiter
 }
 
-// Wait records that client starts waiting now, behind everyone already
+// waiter is one client's place in the order of Wait calls, and its time.
+type waiter struct {
+	place uint64
+	since time.Time
+}
+
+// Wait records that client starts waiting at t, behind everyone already
 // waiting.
-func (q *queue) Wait(client int) {
+func (q *queue) Wait(client int, t time.Time) {
 	if q.waiting == nil {
-		q.waiting = make(map[int]uint64)
+		q.waiting = make(map[int]waiter)
 	}
 	q.next++
-	q.waiting[client] = q.next
+	q.waiting[client] = waiter{place: q.next, since: t}
 }
 
 // Granted records that client got the key and returns how many clients that
-// started waiting before it are still waiting: the waiters it overtook.
-// A client that was not waiting overtakes nobody.
-func (q *queue) Granted(client int) int {
+// started waiting before it are still waiting (the waiters it overtook), and
+// how many of those started waiting more than margin before it: overtakes
+// that no scheduling delay of less than margin between a client's send and
+// the server's read can explain. A client that was not waiting overtakes
+// nobody.
+func (q *queue) Granted(client int, margin time.Duration) (overtaken, byMargin int) {
 	mine, ok := q.waiting[client]
 	if !ok {
-		return 0
+		return 0, 0
 	}
 	delete(q.waiting, client)
-	overtaken := 0
-	for _, place := range q.waiting {
-		if place < mine {
+	for _, w := range q.waiting {
+		if w.place < mine.place {
 			overtaken++
+			if mine.since.Sub(w.since) > margin {
+				byMargin++
+			}
 		}
 	}
-	return overtaken
+	return overtaken, byMargin
 }

@@ -78,60 +78,58 @@ func TestMedian(t *testing.T) {
 }
 
 func TestQueueOvertakes(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const margin = time.Millisecond
+	granted := func(t *testing.T, q *queue, client, wantOvertaken, wantFar int) {
+		t.Helper()
+		if n, far := q.Granted(client, margin); n != wantOvertaken || far != wantFar {
+			t.Errorf("client %d overtook %d (%d by more than %v), want %d (%d)", client, n, far, margin, wantOvertaken, wantFar)
+		}
+	}
 	t.Run("grants in FIFO order overtake nobody", func(t *testing.T) {
 		var q queue
 		for c := range 4 {
-			q.Wait(c)
+			q.Wait(c, at(c))
 		}
 		for c := range 4 {
-			if n := q.Granted(c); n != 0 {
-				t.Errorf("client %d granted in order overtook %d", c, n)
-			}
-			q.Wait(c) // back of the queue, as a client that locks again
+			granted(t, &q, c, 0, 0)
+			q.Wait(c, at(10+c)) // back of the queue, as a client that locks again
 		}
 		for c := range 4 {
-			if n := q.Granted(c); n != 0 {
-				t.Errorf("second turn: client %d overtook %d", c, n)
-			}
+			granted(t, &q, c, 0, 0)
 		}
 	})
 	t.Run("the last waiter granted first overtakes everyone before it", func(t *testing.T) {
 		var q queue
 		for c := range 4 {
-			q.Wait(c)
+			q.Wait(c, at(2*c)) // 0, 2, 4, 6 ms
 		}
-		if n := q.Granted(3); n != 3 {
-			t.Errorf("client 3 overtook %d, want 3", n)
-		}
-		if n := q.Granted(1); n != 1 {
-			t.Errorf("client 1 overtook %d, want 1 (client 0 still waits)", n)
-		}
-		if n := q.Granted(0); n != 0 {
-			t.Errorf("client 0 overtook %d, want 0", n)
-		}
-		if n := q.Granted(2); n != 0 {
-			t.Errorf("client 2 overtook %d, want 0", n)
-		}
+		granted(t, &q, 3, 3, 3) // 6 ms passes 0, 2, 4: all by more than 1 ms
+		granted(t, &q, 1, 1, 1) // 2 ms passes 0
+		granted(t, &q, 0, 0, 0)
+		granted(t, &q, 2, 0, 0)
+	})
+	t.Run("a near tie is an overtake but not a far one", func(t *testing.T) {
+		var q queue
+		q.Wait(0, at(0))
+		q.Wait(1, t0.Add(300*time.Microsecond))
+		granted(t, &q, 1, 1, 0)
+		granted(t, &q, 0, 0, 0)
 	})
 	t.Run("a holder that locks again at once and wins overtakes the queue", func(t *testing.T) {
 		var q queue
-		q.Wait(0)
-		q.Granted(0)
-		q.Wait(1)
-		q.Wait(2)
-		q.Wait(0) // releases, asks again, and wins again: Redis-style polling can do this
-		if n := q.Granted(0); n != 2 {
-			t.Errorf("client 0 overtook %d, want 2", n)
-		}
+		q.Wait(0, at(0))
+		granted(t, &q, 0, 0, 0)
+		q.Wait(1, at(1))
+		q.Wait(2, at(2))
+		q.Wait(0, at(5)) // releases, asks again, and wins again: Redis-style polling can do this
+		granted(t, &q, 0, 2, 2)
 	})
 	t.Run("a client not waiting overtakes nobody", func(t *testing.T) {
 		var q queue
-		q.Wait(1)
-		if n := q.Granted(5); n != 0 {
-			t.Errorf("unknown client overtook %d, want 0", n)
-		}
-		if n := q.Granted(1); n != 0 {
-			t.Errorf("client 1 overtook %d, want 0", n)
-		}
+		q.Wait(1, at(0))
+		granted(t, &q, 5, 0, 0)
+		granted(t, &q, 1, 0, 0)
 	})
 }

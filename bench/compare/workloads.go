@@ -26,6 +26,11 @@ const (
 	kC = "hot" // C's one key (with the run's prefix)
 )
 
+// overtakeMargin splits C's overtakes: one of a waiter that started waiting
+// more than this before the client granted is not a matter of which of two
+// nearly simultaneous requests the server happened to read first.
+const overtakeMargin = time.Millisecond
+
 // dLockers are the locker counts of workload D.
 var dLockers = []int{1, 16, 64}
 
@@ -44,6 +49,9 @@ type runResult struct {
 	holds     []time.Duration // C: how long each holder really held the key
 	perClient []int           // C: acquisitions per client
 	overtakes int             // C: FIFO overtakes
+	// C: overtakes of a waiter that started waiting more than
+	// overtakeMargin earlier
+	farOvertakes int
 }
 
 // rate returns cycles per second.
@@ -226,6 +234,9 @@ type hotKey struct {
 	holds       []time.Duration
 	counts      []int
 	overtakes   int
+	// farOvertakes are overtakes of a waiter that started waiting more than
+	// overtakeMargin earlier.
+	farOvertakes int
 }
 
 // runHotKey runs n clients that all lock one key, hold it for hold, and
@@ -252,7 +263,7 @@ func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time
 			for phase.Load() != phaseStop {
 				wait := func() {
 					h.mu.Lock()
-					h.q.Wait(i)
+					h.q.Wait(i, time.Now())
 					h.mu.Unlock()
 				}
 				var err error
@@ -269,13 +280,14 @@ func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time
 				granted := time.Now()
 				counting := phase.Load() == phaseCount
 				h.mu.Lock()
-				overtaken := h.q.Granted(i)
+				overtaken, byMargin := h.q.Granted(i, overtakeMargin)
 				if counting {
 					if !h.lastRelease.IsZero() {
 						h.handovers = append(h.handovers, granted.Sub(h.lastRelease))
 					}
 					h.counts[i]++
 					h.overtakes += overtaken
+					h.farOvertakes += byMargin
 				}
 				h.mu.Unlock()
 				holdFor(granted, hold)
@@ -297,7 +309,7 @@ func runHotKey(ctx context.Context, sys *system, prefix string, n int, hold time
 	if firstErr != nil {
 		return runResult{}, firstErr
 	}
-	r := runResult{elapsed: elapsed, latencies: h.handovers, holds: h.holds, perClient: h.counts, overtakes: h.overtakes}
+	r := runResult{elapsed: elapsed, latencies: h.handovers, holds: h.holds, perClient: h.counts, overtakes: h.overtakes, farOvertakes: h.farOvertakes}
 	for _, c := range h.counts {
 		r.cycles += c
 	}

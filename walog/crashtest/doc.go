@@ -7,7 +7,9 @@
 // released at expiry (see crash_test.go). TestCrashRestartUnderLoad
 // (load_test.go) runs 18 clients on 8 keys against the failpoint build,
 // kills it at each named crash point and checks every cycle's history with
-// package history (porcupine). A short run is the default;
+// package history (porcupine). TestWaiterDisconnectRaces (hostile_test.go)
+// races 10,000 waiter departures against the release over real sockets.
+// A short run is the default;
 // -crash-cycles=N (or LC_CRASH_CYCLES=N) and -load-cycles=N (LC_LOAD_CYCLES)
 // make longer ones; make soak runs 1,000 load cycles. It has no code
 // of its own.

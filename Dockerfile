@@ -11,8 +11,10 @@ ARG GO_IMAGE=golang:1.26.8
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
 
-# Modules first: this layer is reused until go.mod or go.sum change.
+# Modules first: this layer is reused until go.mod, go.sum or client/go.mod
+# change (the server module takes the client module from ./client).
 COPY go.mod go.sum ./
+COPY client/go.mod ./client/
 RUN go mod download
 
 COPY . .

@@ -7,6 +7,7 @@ require (
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/a-h/templ v0.3.1100
 	github.com/chromedp/chromedp v0.23.0
+	github.com/locking-center/locking-center/client v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.48.0
@@ -39,3 +40,5 @@ require (
 )
 
 tool github.com/a-h/templ/cmd/templ
+
+replace github.com/locking-center/locking-center/client => ./client

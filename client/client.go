@@ -41,7 +41,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // Errors returned by the client. Compare with errors.Is.
@@ -128,11 +128,11 @@ func (c *Client) Source() string { return c.source }
 // ended first; the client then hangs up and the server withdraws the
 // waiter, and a grant that crossed the hang-up is unlocked again.
 func (c *Client) Lock(ctx context.Context, key string) error {
-	a, err := c.do(ctx, wire.Lock, key, c.source)
+	a, err := c.do(ctx, protocol.Lock, key, c.source)
 	if err != nil {
 		return err
 	}
-	if a == wire.AnswerFail {
+	if a == protocol.AnswerFail {
 		return fmt.Errorf("lock %q: %w", key, ErrReset)
 	}
 	return c.answer("lock", key, a)
@@ -141,11 +141,11 @@ func (c *Client) Lock(ctx context.Context, key string) error {
 // TryLock takes key only if it is free now. It returns ErrLocked when
 // someone holds it.
 func (c *Client) TryLock(ctx context.Context, key string) error {
-	a, err := c.do(ctx, wire.TryLock, key, c.source)
+	a, err := c.do(ctx, protocol.TryLock, key, c.source)
 	if err != nil {
 		return err
 	}
-	if a == wire.AnswerLocked {
+	if a == protocol.AnswerLocked {
 		return fmt.Errorf("trylock %q: %w", key, ErrLocked)
 	}
 	return c.answer("trylock", key, a)
@@ -157,7 +157,7 @@ func (c *Client) TryLock(ctx context.Context, key string) error {
 // or may not have been released, and Unlock does not send it again — a
 // second Unlock could release the key of whoever took it since.
 func (c *Client) Unlock(ctx context.Context, key string) error {
-	a, err := c.do(ctx, wire.Unlock, key, c.source)
+	a, err := c.do(ctx, protocol.Unlock, key, c.source)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func (c *Client) Wait(ctx context.Context, key string) error {
 
 // ResetByKey drops key's holder and refuses all its waiters.
 func (c *Client) ResetByKey(ctx context.Context, key string) error {
-	a, err := c.do(ctx, wire.ResetByKey, key, "")
+	a, err := c.do(ctx, protocol.ResetByKey, key, "")
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (c *Client) ResetByKey(ctx context.Context, key string) error {
 // holds. An empty source means the client's own address, as the server
 // sees it.
 func (c *Client) ResetBySource(ctx context.Context, source string) error {
-	a, err := c.do(ctx, wire.ResetBySource, "", source)
+	a, err := c.do(ctx, protocol.ResetBySource, "", source)
 	if err != nil {
 		return err
 	}
@@ -219,21 +219,21 @@ func (c *Client) Do(ctx context.Context, key string, fn func() error) error {
 
 func (c *Client) answer(op, what string, a byte) error {
 	switch a {
-	case wire.AnswerOK:
+	case protocol.AnswerOK:
 		return nil
-	case wire.AnswerFail:
+	case protocol.AnswerFail:
 		return fmt.Errorf("%s %q: %w", op, what, ErrRefused)
 	}
 	return fmt.Errorf("%s %q: unexpected answer %q: %w", op, what, a, ErrUnreachable)
 }
 
 // do sends one frame and returns the answer byte.
-func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byte, error) {
-	f := wire.Frame{Action: a, Key: key, Source: source}
+func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) (byte, error) {
+	f := protocol.Frame{Action: a, Key: key, Source: source}
 	if err := f.Valid(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	var buf [wire.MaxFrame]byte
+	var buf [protocol.MaxFrame]byte
 	frame, _ := f.Append(buf[:0]) // Valid checked the lengths
 
 	dctx := ctx
@@ -269,12 +269,12 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 	var ans [1]byte
 	_, err = io.ReadFull(conn, ans[:])
 	if !stop() { // given up: a Lock's caller gets ctx's error whatever was read
-		if err == nil && ans[0] == wire.AnswerOK && (a == wire.Lock || a == wire.TryLock) {
+		if err == nil && ans[0] == protocol.AnswerOK && (a == protocol.Lock || a == protocol.TryLock) {
 			if uerr := c.giveBack(ctx, key); uerr != nil {
 				return 0, fmt.Errorf("%w; the grant that crossed it could not be given back: %v", ctx.Err(), uerr)
 			}
 		}
-		if a == wire.Unlock || a == wire.ResetByKey || a == wire.ResetBySource {
+		if a == protocol.Unlock || a == protocol.ResetByKey || a == protocol.ResetBySource {
 			if err == nil {
 				return ans[0], nil // answered all the same: the outcome is known
 			}
@@ -292,10 +292,10 @@ func (c *Client) do(ctx context.Context, a wire.Action, key, source string) (byt
 // lost is the error of a request whose frame may have reached the server
 // but whose answer did not come. For Unlock and the resets it says that
 // the outcome is unknown: they must not be sent again blindly.
-func (c *Client) lost(ctx context.Context, a wire.Action, err error) error {
+func (c *Client) lost(ctx context.Context, a protocol.Action, err error) error {
 	err = c.broken(ctx, err)
 	switch a {
-	case wire.Unlock, wire.ResetByKey, wire.ResetBySource:
+	case protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}
 	return err

@@ -7,17 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/locking-center/locking-center/client"
-	"github.com/locking-center/locking-center/locker"
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -26,52 +25,80 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(buildDir)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
+		if leaked := leakedGoroutines(); len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "%d goroutine(s) of the client or its tests outlived the tests:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
 			code = 1
 		}
 	}
 	os.Exit(code)
 }
 
-// serve starts a real protocol server on a loopback port.
-func serve(t testing.TB) (addr string, table *locker.Table) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// leakedGoroutines returns the stacks of the goroutines that run, or were
+// started by, code of this module (the client, its tests and their fake
+// servers), once they have had 5s to end. It is the standard library's
+// stand-in for a leak-checking package, so that the client module requires
+// nothing at all, not even for its tests: goroutines of the runtime and
+// the testing package are not the client's and are not counted.
+func leakedGoroutines() []string {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		buf := make([]byte, 1<<16)
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+		var leaked []string
+		for i, g := range strings.Split(string(buf), "\n\n") {
+			if i == 0 { // the dump starts with this goroutine's own stack
+				continue
+			}
+			if strings.Contains(g, "github.com/locking-center/locking-center/client") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			return leaked
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	table = locker.New(locker.Options{})
-	s := &wire.Server{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(l) }()
-	t.Cleanup(func() {
-		_ = s.Shutdown(context.Background())
-		<-done
-	})
-	return l.Addr().String(), table
 }
 
-func waitQueued(t *testing.T, table *locker.Table, key string, n int) {
+// serve starts the real server on loopback ports; its JSON API shows the
+// lock table to the tests.
+func serve(t *testing.T) (addr string, srv *realServer) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if ki, ok := table.Key(key); ok && ki.Waiters == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d waiters on %q", n, key)
-		}
-		time.Sleep(time.Millisecond)
+	srv = startReal(t)
+	return srv.addr, srv
+}
+
+// waitQueued waits until key is held with n waiters behind its holder.
+func waitQueued(t *testing.T, srv *realServer, key string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d waiters on %q", n, key), func() bool { return srv.waiters(key) == n })
+}
+
+// held reports whether key is held, as the JSON API shows it.
+func held(srv *realServer, key string) bool { return srv.key(key) != nil }
+
+// vectorsPath is the shared vector file: $LC_VECTORS (clients/run-tests
+// sets it), else the repository's copy, the one every client reads.
+func vectorsPath() string {
+	if p := os.Getenv("LC_VECTORS"); p != "" {
+		return p
 	}
+	return filepath.Join("..", "wire", "testdata", "vectors.json")
 }
 
 // TestVectors checks that the client puts exactly the shared vectors' bytes
 // on the wire and refuses the invalid ones before connecting.
 func TestVectors(t *testing.T) {
-	raw, err := os.ReadFile("../wire/testdata/vectors.json")
+	raw, err := os.ReadFile(vectorsPath())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the shared test vectors (set LC_VECTORS outside the repository): %v", err)
 	}
 	var v struct {
 		Frames []struct {
@@ -106,13 +133,13 @@ func TestVectors(t *testing.T) {
 			}
 			// Read until a whole frame is in, then a little more to catch
 			// stray bytes after it.
-			buf := make([]byte, 0, 2*wire.MaxFrame)
+			buf := make([]byte, 0, 2*protocol.MaxFrame)
 			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			for {
-				var b [wire.MaxFrame]byte
+				var b [protocol.MaxFrame]byte
 				n, err := c.Read(b[:])
 				buf = append(buf, b[:n]...)
-				if _, _, derr := wire.Decode(buf); derr == nil || err != nil {
+				if _, _, derr := protocol.Decode(buf); derr == nil || err != nil {
 					break
 				}
 			}
@@ -127,11 +154,11 @@ func TestVectors(t *testing.T) {
 	}()
 	ctx := context.Background()
 	for _, f := range v.Frames {
-		if wire.Action(f.Action) == wire.ResetByKey && f.Source != "" {
+		if protocol.Action(f.Action) == protocol.ResetByKey && f.Source != "" {
 			t.Fatalf("%s: the Go client sends no source with ResetByKey", f.Name)
 		}
 		c := client.New(l.Addr().String(), client.WithSource(f.Source))
-		if err = call(ctx, c, wire.Action(f.Action), f.Key, f.Source); err != nil {
+		if err = call(ctx, c, protocol.Action(f.Action), f.Key, f.Source); err != nil {
 			t.Fatalf("%s: %v", f.Name, err)
 		}
 		if b := <-got; hex.EncodeToString(b) != f.Hex {
@@ -141,7 +168,7 @@ func TestVectors(t *testing.T) {
 	dead := "127.0.0.1:1" // nothing listens: a refusal must come before connecting
 	for _, f := range v.Invalid {
 		c := client.New(dead, client.WithSource(f.Source))
-		err := call(ctx, c, wire.Action(f.Action), f.Key, f.Source)
+		err := call(ctx, c, protocol.Action(f.Action), f.Key, f.Source)
 		if !errors.Is(err, client.ErrRefused) || errors.Is(err, client.ErrUnreachable) {
 			t.Errorf("%s: err = %v, want ErrRefused before connecting", f.Name, err)
 		}
@@ -149,17 +176,17 @@ func TestVectors(t *testing.T) {
 }
 
 // call makes the client call for action a.
-func call(ctx context.Context, c *client.Client, a wire.Action, key, source string) error {
+func call(ctx context.Context, c *client.Client, a protocol.Action, key, source string) error {
 	switch a {
-	case wire.Lock:
+	case protocol.Lock:
 		return c.Lock(ctx, key)
-	case wire.Unlock:
+	case protocol.Unlock:
 		return c.Unlock(ctx, key)
-	case wire.ResetByKey:
+	case protocol.ResetByKey:
 		return c.ResetByKey(ctx, key)
-	case wire.ResetBySource:
+	case protocol.ResetBySource:
 		return c.ResetBySource(ctx, source)
-	case wire.TryLock:
+	case protocol.TryLock:
 		return c.TryLock(ctx, key)
 	}
 	return fmt.Errorf("no client call for action %d", a)
@@ -190,7 +217,7 @@ func TestLockTryLockUnlock(t *testing.T) {
 }
 
 func TestCancelWithdrawsWaiter(t *testing.T) {
-	addr, table := serve(t)
+	addr, srv := serve(t)
 	ctx := context.Background()
 	a := client.New(addr, client.WithSource("a"))
 	if err := a.Lock(ctx, "k"); err != nil {
@@ -199,24 +226,24 @@ func TestCancelWithdrawsWaiter(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- client.New(addr, client.WithSource("b")).Lock(wctx, "k") }()
-	waitQueued(t, table, "k", 1)
+	waitQueued(t, srv, "k", 1)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock = %v", err)
 	}
-	waitQueued(t, table, "k", 0)
+	waitQueued(t, srv, "k", 0)
 
 	tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer tcancel()
 	if err := a.Lock(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock past its deadline = %v", err)
 	}
-	waitQueued(t, table, "k", 0)
+	waitQueued(t, srv, "k", 0)
 }
 
 // TestGrantCrossingTheHangUp: a scripted server that answers the waiting
 // Lock only after the client gave up, as the real one does when the grant
-// and the hang-up cross on the wire. The client must read that '+' and
+// and the hang-up cross on the protocol. The client must read that '+' and
 // unlock the key on a new connection, still returning ctx's error; with no
 // grant it must send nothing more; and from a server that neither answers
 // nor closes it must still return once hangUpGrace has passed.
@@ -227,7 +254,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			frames := make(chan wire.Frame, 4)
+			frames := make(chan protocol.Frame, 4)
 			served, ended := make(chan struct{}), make(chan struct{})
 			go func() { // ends when the listener is closed below
 				defer close(served)
@@ -247,7 +274,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 						_, _ = io.Copy(io.Discard, c) // a waiter until the client hangs up
 						switch after {
 						case "grant":
-							_, _ = c.Write([]byte{wire.AnswerOK})
+							_, _ = c.Write([]byte{protocol.AnswerOK})
 						case "silence":
 							select { // keep the connection open, answering nothing
 							case <-ended:
@@ -255,7 +282,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 							}
 						}
 					} else {
-						_, _ = c.Write([]byte{wire.AnswerOK})
+						_, _ = c.Write([]byte{protocol.AnswerOK})
 					}
 					c.Close()
 				}
@@ -265,7 +292,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			go func() { errc <- client.New(l.Addr().String()).Lock(ctx, "k") }()
-			if f := <-frames; f.Action != wire.Lock || f.Key != "k" {
+			if f := <-frames; f.Action != protocol.Lock || f.Key != "k" {
 				t.Fatalf("first frame %+v, want Lock k", f)
 			}
 			cancel()
@@ -282,7 +309,7 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 				if after != "grant" {
 					t.Fatalf("sent %+v after giving up with no grant", f)
 				}
-				if f.Action != wire.Unlock || f.Key != "k" {
+				if f.Action != protocol.Unlock || f.Key != "k" {
 					t.Fatalf("after the crossing grant: %+v, want Unlock k", f)
 				}
 			default:
@@ -295,17 +322,17 @@ func TestGrantCrossingTheHangUp(t *testing.T) {
 }
 
 // readFrame reads one whole frame from c.
-func readFrame(c net.Conn) (wire.Frame, error) {
+func readFrame(c net.Conn) (protocol.Frame, error) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
 	var buf []byte
 	b := make([]byte, 1)
 	for {
-		f, _, err := wire.Decode(buf)
+		f, _, err := protocol.Decode(buf)
 		if err == nil {
 			return f, nil
 		}
-		if !errors.Is(err, wire.ErrShort) {
+		if !errors.Is(err, protocol.ErrShort) {
 			return f, err
 		}
 		if _, err := io.ReadFull(c, b); err != nil {
@@ -316,7 +343,7 @@ func readFrame(c net.Conn) (wire.Frame, error) {
 }
 
 func TestResetWhileWaiting(t *testing.T) {
-	addr, table := serve(t)
+	addr, srv := serve(t)
 	ctx := context.Background()
 	c := client.New(addr)
 	if err := c.Lock(ctx, "k"); err != nil {
@@ -324,7 +351,7 @@ func TestResetWhileWaiting(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.Lock(ctx, "k") }()
-	waitQueued(t, table, "k", 1)
+	waitQueued(t, srv, "k", 1)
 	if err := c.ResetByKey(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
@@ -347,12 +374,12 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
-	addr, table := serve(t)
+	addr, srv := serve(t)
 	ctx := context.Background()
 	c := client.New(addr)
 	boom := errors.New("boom")
 	err := c.Do(ctx, "k", func() error {
-		if _, held := table.Key("k"); !held {
+		if !held(srv, "k") {
 			t.Error("Do ran fn without holding the key")
 		}
 		return boom
@@ -360,7 +387,7 @@ func TestDo(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Do = %v, want fn's error", err)
 	}
-	if _, held := table.Key("k"); held {
+	if held(srv, "k") {
 		t.Fatal("Do left the key held after fn failed")
 	}
 }
@@ -390,21 +417,21 @@ func Example() {
 	// the key was free again
 }
 
+// exampleServer starts the real server for an example, which has no
+// testing.T to fail: it panics when the server cannot start.
 func exampleServer() (string, func()) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	s := newRealServer()
+	if err := s.launch(); err != nil {
+		s.stop()
 		panic(err)
 	}
-	s := &wire.Server{Table: locker.New(locker.Options{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(l) }()
-	return l.Addr().String(), func() { _ = s.Shutdown(context.Background()); <-done }
+	return s.addr, s.stop
 }
 
 // TestDoPanics: a panic in fn must not leave the key held: Do unlocks,
 // then the panic goes on.
 func TestDoPanics(t *testing.T) {
-	addr, table := serve(t)
+	addr, srv := serve(t)
 	c := client.New(addr)
 	func() {
 		defer func() {
@@ -414,7 +441,7 @@ func TestDoPanics(t *testing.T) {
 		}()
 		_ = c.Do(context.Background(), "k", func() error { panic("boom") })
 	}()
-	if _, held := table.Key("k"); held {
+	if held(srv, "k") {
 		t.Fatal("Do left the key held after fn panicked")
 	}
 }
@@ -427,7 +454,7 @@ func TestUnlockAnswerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames := make(chan wire.Frame, 4)
+	frames := make(chan protocol.Frame, 4)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -29,9 +29,11 @@ var (
 	buildDir  string
 )
 
-// serverBinary builds the server (the module root) once per test run.
-func serverBinary(t *testing.T) string {
-	t.Helper()
+// buildServer builds the server once per test run. The server is the
+// repository root, the parent directory of this module, built as its own
+// module (which takes this client module from ./client); the client
+// module itself requires nothing of the server's.
+func buildServer() (string, error) {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "lc-client-test-")
 		if buildErr != nil {
@@ -41,18 +43,15 @@ func serverBinary(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", serverBin, ".")
 		cmd.Dir = ".."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build of the server in the parent directory: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return serverBin
+	return serverBin, buildErr
 }
 
 // realServer is a locking-center process on loopback ports.
 type realServer struct {
-	t         *testing.T
+	t         *testing.T // nil for an example's server, which uses no method that fails a test
 	env       []string
 	addr, web string
 	cmd       *exec.Cmd
@@ -64,29 +63,50 @@ type realServer struct {
 
 var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
 
-// startReal starts the server with env added to its environment; bind
-// and web addresses default to free loopback ports. It is stopped at the
-// end of the test.
+// newRealServer returns a server, not started yet, whose environment adds
+// env to this process's; bind and web addresses default to free loopback
+// ports.
+func newRealServer(env ...string) *realServer {
+	return &realServer{env: append([]string{"BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=127.0.0.1:0"}, env...)}
+}
+
+// startReal starts the server with env added to its environment. It is
+// stopped at the end of the test.
 func startReal(t *testing.T, env ...string) *realServer {
 	t.Helper()
-	s := &realServer{t: t, env: append([]string{"BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=127.0.0.1:0"}, env...)}
-	s.start()
+	s := newRealServer(env...)
+	s.t = t
 	t.Cleanup(s.stop)
+	s.start()
 	return s
 }
 
+// start launches the server, failing the test when it does not listen.
 func (s *realServer) start() {
-	t := s.t
-	t.Helper()
+	s.t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// launch starts the process and waits for its "started" log line, which
+// names the addresses it listens on.
+func (s *realServer) launch() error {
+	bin, err := buildServer()
+	if err != nil {
+		return err
+	}
 	s.logDone = make(chan struct{})
-	s.cmd = exec.Command(serverBinary(t))
+	s.cmd = exec.Command(bin)
 	s.cmd.Env = append(os.Environ(), s.env...)
 	pipe, err := s.cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("server stderr: %w", err)
 	}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start server: %v", err)
+		s.cmd = nil // nothing for stop to stop
+		close(s.logDone)
+		return fmt.Errorf("start server: %w", err)
 	}
 	addrs := make(chan []string, 1)
 	done := s.logDone
@@ -106,10 +126,11 @@ func (s *realServer) start() {
 	select {
 	case a := <-addrs:
 		s.addr, s.web = a[0], a[1]
+		return nil
 	case <-done:
-		t.Fatalf("server exited before it listened:\n%s", s.logText())
+		return fmt.Errorf("server exited before it listened:\n%s", s.logText())
 	case <-time.After(10 * time.Second):
-		t.Fatalf("server did not start in 10s:\n%s", s.logText())
+		return fmt.Errorf("server did not start in 10s:\n%s", s.logText())
 	}
 }
 

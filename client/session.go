@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // Errors of a Session, besides ErrLocked, ErrReset, ErrRefused and
@@ -136,7 +136,7 @@ type stray struct {
 
 // call is one request of a session.
 type call struct {
-	action wire.Action
+	action protocol.Action
 	id     uint32 // given when the writer takes it
 	key    string
 	token  uint64 // the request's token (Unlock), or the Lock a Cancel names
@@ -173,8 +173,8 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 	if cfg.ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL %v", ErrRefused, cfg.ttl)
 	}
-	if len(cfg.source) > wire.MaxField || len(cfg.auth) > wire.MaxField {
-		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, wire.ErrFieldTooLong)
+	if len(cfg.source) > protocol.MaxField || len(cfg.auth) > protocol.MaxField {
+		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, protocol.ErrFieldTooLong)
 	}
 	s := &Session{
 		address: address,
@@ -236,7 +236,7 @@ func (s *Session) Lock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("lock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(wire.Lock, key, 0))
+	res, err := s.roundTrip(ctx, s.newCall(protocol.Lock, key, 0))
 	if err != nil {
 		return 0, fmt.Errorf("lock %q: %w", key, err)
 	}
@@ -253,7 +253,7 @@ func (s *Session) TryLock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("trylock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(wire.TryLock, key, 0))
+	res, err := s.roundTrip(ctx, s.newCall(protocol.TryLock, key, 0))
 	if err != nil {
 		return 0, fmt.Errorf("trylock %q: %w", key, err)
 	}
@@ -278,7 +278,7 @@ func (s *Session) Unlock(ctx context.Context, key string, token uint64) error {
 	if err := validKey(key); err != nil {
 		return fmt.Errorf("unlock: %w", err)
 	}
-	res, err := s.roundTrip(ctx, s.newCall(wire.Unlock, key, token))
+	res, err := s.roundTrip(ctx, s.newCall(protocol.Unlock, key, token))
 	if err != nil {
 		return fmt.Errorf("unlock %q: %w", key, err)
 	}
@@ -294,20 +294,20 @@ func (s *Session) ResetByKey(ctx context.Context, key string) error {
 	if err := validKey(key); err != nil {
 		return fmt.Errorf("reset key: %w", err)
 	}
-	return s.reset(ctx, wire.ResetByKey, key)
+	return s.reset(ctx, protocol.ResetByKey, key)
 }
 
 // ResetBySource refuses every waiter of source and releases every key it
 // holds; empty source means this connection's IP address. This session
 // stays open, though it loses its holds if source is its own.
 func (s *Session) ResetBySource(ctx context.Context, source string) error {
-	if len(source) > wire.MaxField {
-		return fmt.Errorf("reset source: %w: source %w", ErrRefused, wire.ErrFieldTooLong)
+	if len(source) > protocol.MaxField {
+		return fmt.Errorf("reset source: %w: source %w", ErrRefused, protocol.ErrFieldTooLong)
 	}
-	return s.reset(ctx, wire.ResetBySource, source)
+	return s.reset(ctx, protocol.ResetBySource, source)
 }
 
-func (s *Session) reset(ctx context.Context, action wire.Action, what string) error {
+func (s *Session) reset(ctx context.Context, action protocol.Action, what string) error {
 	res, err := s.roundTrip(ctx, s.newCall(action, what, 0))
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", actionName(action), what, err)
@@ -319,11 +319,11 @@ func (s *Session) reset(ctx context.Context, action wire.Action, what string) er
 }
 
 // actionName names an action in errors.
-func actionName(a wire.Action) string {
+func actionName(a protocol.Action) string {
 	switch a {
-	case wire.ResetByKey:
+	case protocol.ResetByKey:
 		return "reset key"
-	case wire.ResetBySource:
+	case protocol.ResetBySource:
 		return "reset source"
 	}
 	return a.String()
@@ -404,7 +404,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// A Close lost with its connection is sent again on the next one:
 		// closing twice is harmless, and a Close that did apply makes that
 		// resume fail, which ends the session as closed.
-		_, err = s.roundTrip(ctx, s.newCall(wire.Close, "", 0))
+		_, err = s.roundTrip(ctx, s.newCall(protocol.Close, "", 0))
 		if !errors.Is(err, ErrDisconnected) {
 			break
 		}
@@ -422,13 +422,13 @@ func validKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrRefused)
-	case len(key) > wire.MaxField:
-		return fmt.Errorf("%w: key of %d bytes %w", ErrRefused, len(key), wire.ErrFieldTooLong)
+	case len(key) > protocol.MaxField:
+		return fmt.Errorf("%w: key of %d bytes %w", ErrRefused, len(key), protocol.ErrFieldTooLong)
 	}
 	return nil
 }
 
-func (s *Session) newCall(action wire.Action, key string, token uint64) *call {
+func (s *Session) newCall(action protocol.Action, key string, token uint64) *call {
 	return &call{action: action, key: key, token: token, done: make(chan result, 1)}
 }
 
@@ -484,15 +484,15 @@ func (s *Session) giveUp(ctx context.Context, c *call) (result, error) {
 	case !c.sent:
 		c.dropped = true // nothing reached the server
 		return result{}, err
-	case c.action == wire.Lock:
+	case c.action == protocol.Lock:
 		c.gaveUp = true
-		s.queue = append(s.queue, &call{action: wire.Cancel, token: uint64(c.id), internal: func(result) {}})
+		s.queue = append(s.queue, &call{action: protocol.Cancel, token: uint64(c.id), internal: func(result) {}})
 		s.signal()
 		return result{}, err
-	case c.action == wire.TryLock:
+	case c.action == protocol.TryLock:
 		c.gaveUp = true // a '+' to come is given back
 		return result{}, err
-	case c.action == wire.Close:
+	case c.action == protocol.Close:
 		return result{}, err
 	}
 	c.gaveUp = true
@@ -514,16 +514,16 @@ func (s *Session) complete(c *call, r result) {
 
 // open dials and sends an open frame (resume 0: a new session). It
 // returns the connection of a '+' and when the frame was sent.
-func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, wire.OpenAnswer, time.Time, error) {
+func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, protocol.OpenAnswer, time.Time, error) {
 	if s.cfg.dialTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.dialTimeout)
 		defer cancel()
 	}
-	open := wire.Open{Version: wire.SessionVersion, TTLMillis: s.ttlMS(), Resume: resume, Source: s.cfg.source, Auth: s.cfg.auth}
+	open := protocol.Open{Version: protocol.SessionVersion, TTLMillis: s.ttlMS(), Resume: resume, Source: s.cfg.source, Auth: s.cfg.auth}
 	frame, err := open.Append(make([]byte, 0, 32))
 	if err != nil {
-		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrRefused, err)
+		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	var conn net.Conn
 	if s.cfg.dial != nil {
@@ -533,14 +533,14 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, wire.OpenA
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, wire.OpenAnswer{}, time.Time{}, context.Cause(ctx)
+			return nil, protocol.OpenAnswer{}, time.Time{}, context.Cause(ctx)
 		}
-		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	// ctx bounds the exchange too: its end makes the read or write fail.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	sentAt := time.Now()
-	var b [wire.OpenAnswerSize]byte
+	var b [protocol.OpenAnswerSize]byte
 	var n int
 	if _, err = conn.Write(frame); err == nil {
 		n, err = io.ReadFull(conn, b[:])
@@ -551,14 +551,14 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, wire.OpenA
 		case n >= 1 && b[0] == '-':
 			// A server that does not speak sessions answers one '-' and
 			// closes: the frame's first byte is not a v1 action.
-			return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: the server refused the session (it answered '-' and closed: no session support?)", ErrRefused)
+			return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: the server refused the session (it answered '-' and closed: no session support?)", ErrRefused)
 		case ctx.Err() != nil:
-			return nil, wire.OpenAnswer{}, time.Time{}, context.Cause(ctx)
+			return nil, protocol.OpenAnswer{}, time.Time{}, context.Cause(ctx)
 		}
-		return nil, wire.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: opening a session: %w", ErrUnreachable, err)
+		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: opening a session: %w", ErrUnreachable, err)
 	}
-	op, _ := wire.DecodeOpenAnswer(b[:]) // b is whole
-	if op.Status != wire.AnswerOK {
+	op, _ := protocol.DecodeOpenAnswer(b[:]) // b is whole
+	if op.Status != protocol.AnswerOK {
 		conn.Close()
 		if resume != 0 {
 			return nil, op, sentAt, fmt.Errorf("%w: the server refused to resume session %016x (expired or ended)", ErrSessionLost, resume)
@@ -654,15 +654,15 @@ func (s *Session) disconnected(cause error) {
 	for id, c := range s.pending {
 		delete(s.pending, id)
 		switch c.action {
-		case wire.Lock, wire.TryLock:
+		case protocol.Lock, protocol.TryLock:
 			s.strays = append(s.strays, stray{key: c.key})
 			s.complete(c, result{err: fmt.Errorf("%w: %w", ErrDisconnected, cause)})
-		case wire.Unlock:
+		case protocol.Unlock:
 			if c.internal == nil {
 				s.strays = append(s.strays, stray{key: c.key, token: c.token})
 			}
 			s.complete(c, result{err: fmt.Errorf("%w: %w: %w", ErrOutcomeUnknown, ErrDisconnected, cause)})
-		case wire.ResetByKey, wire.ResetBySource:
+		case protocol.ResetByKey, protocol.ResetBySource:
 			s.complete(c, result{err: fmt.Errorf("%w: %w: %w", ErrOutcomeUnknown, ErrDisconnected, cause)})
 		default:
 			s.complete(c, result{err: fmt.Errorf("%w: %w", ErrDisconnected, cause)})
@@ -673,7 +673,7 @@ func (s *Session) disconnected(cause error) {
 	// queued Ping is of no use to the next one.
 	q := s.queue[:0]
 	for _, c := range s.queue {
-		if c.action != wire.Cancel && c.action != wire.Ping {
+		if c.action != protocol.Cancel && c.action != protocol.Ping {
 			q = append(q, c)
 		}
 	}
@@ -747,7 +747,7 @@ func (s *Session) resumed(sentAt time.Time) {
 // strayUnlock is the session's own Unlock of a stray grant. If its
 // answer is lost too, the stray stays for the next resume.
 func (s *Session) strayUnlock(st stray) *call {
-	return &call{action: wire.Unlock, key: st.key, token: st.token, internal: func(r result) {
+	return &call{action: protocol.Unlock, key: st.key, token: st.token, internal: func(r result) {
 		switch {
 		case r.err != nil && errors.Is(r.err, ErrDisconnected):
 			s.strays = append(s.strays, st)
@@ -790,8 +790,8 @@ func (s *Session) finish(err error) {
 // read reads answers and hands each to its call until the connection
 // fails.
 func (s *Session) read(conn net.Conn) error {
-	br := bufio.NewReaderSize(conn, 64*wire.AnswerSize)
-	var b [wire.AnswerSize]byte
+	br := bufio.NewReaderSize(conn, 64*protocol.AnswerSize)
+	var b [protocol.AnswerSize]byte
 	for {
 		if _, err := io.ReadFull(br, b[:]); err != nil {
 			return fmt.Errorf("read: %w", err)
@@ -799,7 +799,7 @@ func (s *Session) read(conn net.Conn) error {
 		s.mu.Lock()
 		s.deliver(answerOf(b))
 		// Deliver what else is already read under the same lock.
-		for br.Buffered() >= wire.AnswerSize {
+		for br.Buffered() >= protocol.AnswerSize {
 			if _, err := io.ReadFull(br, b[:]); err != nil {
 				s.mu.Unlock()
 				return fmt.Errorf("read: %w", err)
@@ -811,13 +811,13 @@ func (s *Session) read(conn net.Conn) error {
 }
 
 // answerOf decodes a whole answer.
-func answerOf(b [wire.AnswerSize]byte) wire.Answer {
-	a, _ := wire.DecodeAnswer(b[:]) // b is whole
+func answerOf(b [protocol.AnswerSize]byte) protocol.Answer {
+	a, _ := protocol.DecodeAnswer(b[:]) // b is whole
 	return a
 }
 
 // deliver settles the call an answer is for; mu is held.
-func (s *Session) deliver(a wire.Answer) {
+func (s *Session) deliver(a protocol.Answer) {
 	c := s.pending[a.ID]
 	if c == nil {
 		s.log.Debug("session answer for no pending request", "id", a.ID, "status", string(a.Status))
@@ -833,7 +833,7 @@ func (s *Session) deliver(a wire.Answer) {
 	if c == s.ping {
 		s.ping = nil
 	}
-	if (c.action == wire.Lock || c.action == wire.TryLock) && a.Status == wire.AnswerOK {
+	if (c.action == protocol.Lock || c.action == protocol.TryLock) && a.Status == protocol.AnswerOK {
 		if c.gaveUp {
 			// The grant crossed the Cancel (or the caller's end): nobody
 			// owns it, so it goes back at once, by its token.
@@ -844,7 +844,7 @@ func (s *Session) deliver(a wire.Answer) {
 		}
 	}
 	s.complete(c, result{status: a.Status, token: a.Token})
-	if c.action == wire.Close && a.Status == wire.AnswerOK {
+	if c.action == protocol.Close && a.Status == protocol.AnswerOK {
 		s.closeOK = true
 	}
 }
@@ -866,7 +866,7 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 			return fmt.Errorf("no answer to Ping for %v", deadAfter)
 		}
 		if s.ping == nil && (now.Sub(s.lastSent) >= pingEvery || now.Sub(s.confirmed) >= pingEvery) {
-			s.ping = &call{action: wire.Ping, internal: func(result) {}}
+			s.ping = &call{action: protocol.Ping, internal: func(result) {}}
 			s.queue = append(s.queue, s.ping)
 		}
 		buf = s.take(buf[:0], now)
@@ -903,7 +903,7 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 // place is kept for a Ping, so that a session whose every request waits
 // can still keep itself alive.
 func limitFor(c *call) int {
-	if c.action == wire.Ping {
+	if c.action == protocol.Ping {
 		return maxPending
 	}
 	return maxPending - 1
@@ -926,13 +926,13 @@ func (s *Session) take(buf []byte, now time.Time) []byte {
 		switch {
 		case c.dropped:
 			continue
-		case c.action != wire.Cancel && len(s.pending) >= limitFor(c):
+		case c.action != protocol.Cancel && len(s.pending) >= limitFor(c):
 			rest = append(rest, c)
 			continue
 		}
 		c.sent, c.sentAt = true, now
-		if c.action == wire.Cancel {
-			buf, _ = wire.Request{Action: wire.Cancel, ID: uint32(c.token)}.Append(buf)
+		if c.action == protocol.Cancel {
+			buf, _ = protocol.Request{Action: protocol.Cancel, ID: uint32(c.token)}.Append(buf)
 			continue
 		}
 		c.id = s.nextID
@@ -941,12 +941,12 @@ func (s *Session) take(buf []byte, now time.Time) []byte {
 		}
 		s.nextID = c.id + 1
 		s.pending[c.id] = c
-		if c.action == wire.Unlock && c.internal == nil {
+		if c.action == protocol.Unlock && c.internal == nil {
 			if tok, ok := s.held[c.key]; ok && (c.token == 0 || c.token == tok) {
 				delete(s.held, c.key)
 			}
 		}
-		buf, _ = wire.Request{Action: c.action, ID: c.id, Token: c.token, Key: c.key}.Append(buf) // keys checked by validKey
+		buf, _ = protocol.Request{Action: c.action, ID: c.id, Token: c.token, Key: c.key}.Append(buf) // keys checked by validKey
 	}
 	if len(rest) < len(s.queue) {
 		s.lastSent = now

@@ -1,24 +1,17 @@
-// Package wire speaks Locking-Center's TCP protocol (docs/protocol.md). A
-// connection is v1 or a session by its first byte:
+// Package wire serves Locking-Center's TCP protocol (docs/protocol.md) on
+// top of a locker.Table. A connection is v1 or a session by its first byte:
 //
 //   - v1: one request frame per connection, answered with one byte, then
 //     the connection is closed;
 //   - a session (first byte 16): one connection carrying many requests,
-//     answered out of order by request id, owning the keys it takes
-//     (session.go has its frames).
+//     answered out of order by request id, owning the keys it takes.
 //
-// The v1 frame, every field one byte unless said otherwise:
-//
-//	+--------+---------+-----------------+------------+---------------------+
-//	| action | keySize | key (keySize B) | sourceSize | source (sourceSize) |
-//	+--------+---------+-----------------+------------+---------------------+
-//
-// Sizes are signed bytes (0..127). The answer is '+' (success), '-' (failure)
-// or '#' (a TryLock that did not win). Frames of the original Locking-Center
-// server, whose Unlock and ResetByKey carry no source field and whose
-// ResetBySource carries no key field, are accepted too (DecodeServer).
-// Server serves both modes on top of a locker.Table; the codecs are shared
-// with the client.
+// The frames themselves are encoded and decoded by the client module's
+// package github.com/locking-center/locking-center/client/protocol, so
+// that client and server share one codec byte for byte while the client
+// module needs nothing of the server's; this file and session.go re-export
+// that codec under the names the server has always used (Frame, Decode,
+// Open, Answer...), as aliases, not copies.
 //
 // Guarantees: every size is checked before anything is allocated or read
 // past it; a malformed frame is answered '-' and harms nobody else; a grant
@@ -26,177 +19,55 @@
 // never left held by nobody.
 package wire
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/locking-center/locking-center/client/protocol"
 
-// Action is the first byte of a frame.
-type Action byte
+// Action is the first byte of a frame (protocol.Action).
+type Action = protocol.Action
 
 // The actions. 1–5 are v1's (and a session's too); 6–8 exist in sessions
 // only; SessionOpen is the first byte of a session connection.
 const (
-	Lock          Action = 1
-	Unlock        Action = 2
-	ResetByKey    Action = 3
-	ResetBySource Action = 4
-	TryLock       Action = 5
-	Cancel        Action = 6
-	Ping          Action = 7
-	Close         Action = 8
-	SessionOpen   Action = 16
+	Lock          = protocol.Lock
+	Unlock        = protocol.Unlock
+	ResetByKey    = protocol.ResetByKey
+	ResetBySource = protocol.ResetBySource
+	TryLock       = protocol.TryLock
+	Cancel        = protocol.Cancel
+	Ping          = protocol.Ping
+	Close         = protocol.Close
+	SessionOpen   = protocol.SessionOpen
 )
-
-// String returns the action's name as used in logs and metrics.
-func (a Action) String() string {
-	switch a {
-	case Lock:
-		return "lock"
-	case Unlock:
-		return "unlock"
-	case ResetByKey:
-		return "reset_key"
-	case ResetBySource:
-		return "reset_source"
-	case TryLock:
-		return "trylock"
-	case Cancel:
-		return "cancel"
-	case Ping:
-		return "ping"
-	case Close:
-		return "close"
-	case SessionOpen:
-		return "open"
-	}
-	return fmt.Sprintf("unknown(%d)", byte(a))
-}
 
 // The answer bytes.
 const (
-	AnswerOK     byte = '+'
-	AnswerFail   byte = '-'
-	AnswerLocked byte = '#'
+	AnswerOK     = protocol.AnswerOK
+	AnswerFail   = protocol.AnswerFail
+	AnswerLocked = protocol.AnswerLocked
 )
 
 // MaxField is the longest key or source, in bytes.
-const MaxField = 127
+const MaxField = protocol.MaxField
 
 // MaxFrame is the longest frame: action, two sizes and two full fields.
-const MaxFrame = 3 + 2*MaxField
+const MaxFrame = protocol.MaxFrame
 
-// Errors from Decode and Append. ErrShort is not a protocol violation: the
-// frame is not complete yet.
+// Errors from Decode and Append, the codec's own values (errors.Is holds
+// across both names). ErrShort is not a protocol violation: the frame is
+// not complete yet.
 var (
-	ErrShort         = errors.New("frame incomplete")
-	ErrUnknownAction = errors.New("unknown action")
-	ErrNegativeSize  = errors.New("negative size")
-	ErrEmptyKey      = errors.New("empty key")
-	ErrFieldTooLong  = errors.New("field longer than 127 bytes")
+	ErrShort         = protocol.ErrShort
+	ErrUnknownAction = protocol.ErrUnknownAction
+	ErrNegativeSize  = protocol.ErrNegativeSize
+	ErrEmptyKey      = protocol.ErrEmptyKey
+	ErrFieldTooLong  = protocol.ErrFieldTooLong
 )
 
-// Frame is one request.
-type Frame struct {
-	Action Action
-	Key    string
-	Source string
-}
+// Frame is one v1 request (protocol.Frame).
+type Frame = protocol.Frame
 
-// Valid reports whether the frame may be sent or served: a known action,
-// fields of at most 127 bytes, and a key for every action but ResetBySource.
-func (f Frame) Valid() error {
-	switch f.Action {
-	case Lock, Unlock, ResetByKey, TryLock:
-		if f.Key == "" {
-			return fmt.Errorf("%s: %w", f.Action, ErrEmptyKey)
-		}
-	case ResetBySource:
-	default:
-		return fmt.Errorf("action %d: %w", byte(f.Action), ErrUnknownAction)
-	}
-	return f.checkSizes()
-}
+// Decode parses the frame at the start of b (protocol.Decode).
+func Decode(b []byte) (Frame, int, error) { return protocol.Decode(b) }
 
-// checkSizes fails when a field is too long for its one-byte size.
-func (f Frame) checkSizes() error {
-	if len(f.Key) > MaxField {
-		return fmt.Errorf("key of %d bytes: %w", len(f.Key), ErrFieldTooLong)
-	}
-	if len(f.Source) > MaxField {
-		return fmt.Errorf("source of %d bytes: %w", len(f.Source), ErrFieldTooLong)
-	}
-	return nil
-}
-
-// Append appends the encoded frame to b. It does not check the action; it
-// fails only when a field is too long to encode.
-func (f Frame) Append(b []byte) ([]byte, error) {
-	if err := f.checkSizes(); err != nil {
-		return b, err
-	}
-	b = append(b, byte(f.Action), byte(len(f.Key)))
-	b = append(b, f.Key...)
-	b = append(b, byte(len(f.Source)))
-	b = append(b, f.Source...)
-	return b, nil
-}
-
-// Decode parses the frame at the start of b and returns it with the number
-// of bytes it took. It returns ErrShort when b holds only part of a frame,
-// and ErrNegativeSize as soon as a size byte is negative, so a server can
-// answer without waiting for bytes that will never make sense. Decode only
-// parses: the caller checks the frame with Valid.
-func Decode(b []byte) (Frame, int, error) {
-	if len(b) < 2 {
-		return Frame{}, 0, ErrShort
-	}
-	keySize := int8(b[1])
-	if keySize < 0 {
-		return Frame{}, 0, fmt.Errorf("key size %d: %w", keySize, ErrNegativeSize)
-	}
-	srcAt := 2 + int(keySize)
-	if len(b) < srcAt+1 {
-		return Frame{}, 0, ErrShort
-	}
-	srcSize := int8(b[srcAt])
-	if srcSize < 0 {
-		return Frame{}, 0, fmt.Errorf("source size %d: %w", srcSize, ErrNegativeSize)
-	}
-	end := srcAt + 1 + int(srcSize)
-	if len(b) < end {
-		return Frame{}, 0, ErrShort
-	}
-	return Frame{
-		Action: Action(b[0]),
-		Key:    string(b[2:srcAt]),
-		Source: string(b[srcAt+1 : end]),
-	}, end, nil
-}
-
-// DecodeServer is Decode as the server reads v1 frames: it also accepts the
-// original server's frames. Unlock and ResetByKey are complete once the key
-// has arrived (a source field after it is the caller's to discard), and a
-// ResetBySource whose first size byte is not 0 takes that field as the
-// source. The returned Frame has an empty Source for the first two.
-func DecodeServer(b []byte) (Frame, int, error) {
-	if len(b) < 2 {
-		return Frame{}, 0, ErrShort
-	}
-	a := Action(b[0])
-	size := int8(b[1])
-	if (a == Unlock || a == ResetByKey || a == ResetBySource && size != 0) && size >= 0 {
-		end := 2 + int(size)
-		if len(b) < end {
-			return Frame{}, 0, ErrShort
-		}
-		f := Frame{Action: a}
-		if a == ResetBySource {
-			f.Source = string(b[2:end])
-		} else {
-			f.Key = string(b[2:end])
-		}
-		return f, end, nil
-	}
-	return Decode(b)
-}
+// DecodeServer is Decode as the server reads v1 frames, accepting the
+// original server's frames too (protocol.DecodeServer).
+func DecodeServer(b []byte) (Frame, int, error) { return protocol.DecodeServer(b) }

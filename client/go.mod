@@ -1,0 +1,3 @@
+module github.com/locking-center/locking-center/client
+
+go 1.26.8

@@ -140,7 +140,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			Version:     version,
 			// Not ready before the replay, nor after the log failed: the
 			// engine then answers '-' to every lock until a restart.
-			Ready:    func() bool { return replayed.Load() && journal.Healthy() },
+			Ready:                 func() bool { return replayed.Load() && journal.Healthy() },
 			LogStats:              func() web.LogStats { return logStats(journal) },
 			ListenAddress:         cfg.WebAddress,
 			AllowedHosts:          cfg.WebAllowedHosts,

@@ -40,6 +40,7 @@ run:
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 	@# Run from the root with no -path: the generated files record paths relative to it.
 	@$(GO) tool templ generate -check >/dev/null 2>&1 || { echo "templ output is stale: run 'go tool templ generate' and commit"; exit 1; }
 
@@ -47,10 +48,11 @@ check:
 # under CI) and the real-browser dashboard test is seen to run.
 go-test:
 	.ci/go-test -race -count=1 -skip '$(SKIP_IN_RACE_RUN)' ./...
+	cd client && ../.ci/go-test -race -count=1 -skip '$(SKIP_IN_RACE_RUN)' ./...
 	.ci/go-test -count=1 -run '^TestMillionKeysLeaveNoTrace$$' ./locker
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./wire
+	cd client && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./protocol
 
 clients:
 	clients/run-tests

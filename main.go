@@ -184,6 +184,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		replayed.Store(true)
 		logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
 			"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections)
+		logReach(logger, cfg, tcpLn, webLn)
 		wg.Go(func() {
 			if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
 				errc <- fmt.Errorf("lock protocol: %w", err)
@@ -263,6 +264,51 @@ func healthcheck(getenv func(string) string) int {
 		return 1
 	}
 	return 0
+}
+
+// logReach says in one line who can reach the two ports and what protects
+// them: a warning when a port is open beyond this host with nothing.
+func logReach(logger *slog.Logger, cfg config, tcpLn, webLn net.Listener) {
+	lock := reach(tcpLn.Addr())
+	open := !isLoopback(tcpLn.Addr())
+	if cfg.AuthToken != "" {
+		lock += "; sessions must present AUTH_TOKEN, v1 frames refused"
+	} else {
+		lock += "; no AUTH_TOKEN: whoever reaches it can lock, unlock and reset any key"
+	}
+	protected := cfg.AuthToken != ""
+	web := "off"
+	if webLn != nil {
+		web = reach(webLn.Addr())
+		open = open || !isLoopback(webLn.Addr())
+		if cfg.WebPassword != "" {
+			web += "; basic auth (user admin), /healthz and /readyz open"
+		} else {
+			web += "; no WEB_PASSWORD: whoever reaches it can read every key and reset it"
+			protected = false
+		}
+	}
+	lvl := slog.LevelInfo
+	if open && !protected {
+		lvl = slog.LevelWarn
+	}
+	logger.Log(context.Background(), lvl, "who can reach locking-center", "lock", lock, "web", web)
+}
+
+// reach names who can reach a listener's address.
+func reach(a net.Addr) string {
+	if isLoopback(a) {
+		return a.String() + ", this host only"
+	}
+	if t, ok := a.(*net.TCPAddr); ok && t.IP.IsUnspecified() {
+		return fmt.Sprintf("every interface (:%d)", t.Port)
+	}
+	return a.String() + ", whoever can route to it"
+}
+
+func isLoopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 func addrOrOff(l net.Listener) string {

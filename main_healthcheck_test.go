@@ -145,3 +145,38 @@ func TestHealthcheckSubcommand(t *testing.T) {
 		}
 	})
 }
+
+// TestReachLine: the start-up line warns when a port is open beyond this
+// host with nothing protecting it, and says what protects it otherwise.
+func TestReachLine(t *testing.T) {
+	wild := fakeListener{&net.TCPAddr{IP: net.IPv4zero, Port: 22119}}
+	wildWeb := fakeListener{&net.TCPAddr{IP: net.IPv4zero, Port: 22120}}
+	local := fakeListener{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 22119}}
+	cases := []struct {
+		name     string
+		cfg      config
+		tcp, web net.Listener
+		want     []string
+	}{
+		{"open, unprotected", config{}, wild, wildWeb, []string{"level=WARN", "every interface (:22119)", "no AUTH_TOKEN", "no WEB_PASSWORD"}},
+		{"open, protected", config{AuthToken: "t", WebPassword: "p"}, wild, wildWeb, []string{"level=INFO", "sessions must present AUTH_TOKEN", "basic auth"}},
+		{"this host only", config{}, local, nil, []string{"level=INFO", "this host only", `web=off`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var buf strings.Builder
+			logReach(slog.New(slog.NewTextHandler(&buf, nil)), c.cfg, c.tcp, c.web)
+			for _, w := range c.want {
+				if !strings.Contains(buf.String(), w) {
+					t.Errorf("line %q lacks %q", buf.String(), w)
+				}
+			}
+		})
+	}
+}
+
+type fakeListener struct{ addr net.Addr }
+
+func (fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
+func (fakeListener) Close() error              { return nil }
+func (l fakeListener) Addr() net.Addr          { return l.addr }

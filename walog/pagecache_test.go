@@ -33,14 +33,14 @@ type memFS struct {
 	mu sync.Mutex // guards everything below
 	// names and synced are the folder as cached and as fsynced.
 	names, synced map[string]*memNode
-	ops           int    // operations so far
-	crashAt       int    // the operation that crashes (0: none)
+	ops           int // operations so far
+	crashAt       int // the operation that crashes (0: none)
 	// crashKind, when set, makes crashAt count only the operations of
 	// that kind, from kindOps.
 	crashKind string
 	kindOps   int
-	crashed       bool   // since crashAt, until Restart
-	crashedIn     string // the kind of operation the crash came at
+	crashed   bool   // since crashAt, until Restart
+	crashedIn string // the kind of operation the crash came at
 	// fault, when set, is asked before every operation of a kind
 	// ("write", "sync", "rename", "opendir", "syncdir", "open", "remove").
 	fault func(op string) error

@@ -284,6 +284,9 @@ func (s *shard) drop(e *entry, n int) {
 // Pending is a queued Lock. Its Cancel withdraws it.
 type Pending struct{ w *waiter }
 
+// decided is the Pending of a Lock granted at once: nothing to withdraw.
+var decided = &Pending{}
+
 // notice is an outcome to tell a waiter once the entry mutexes are
 // released: waiters' callbacks never run under the table's locks.
 type notice struct {
@@ -381,19 +384,20 @@ func (t *Table) lock(key string, h Holder, s *session, l *Link, done func(uint64
 		return nil, ErrEmptyKey
 	}
 	e := t.ref(key)
-	w := &waiter{e: e, h: h, since: t.now(), sess: s, link: l, done: done, tbl: t}
+	now := t.now()
 	e.mu.Lock()
 	if e.hold == nil {
 		// Free, so nobody queues (a queue exists only behind a holder).
-		g, err := t.grantFree(e, h, s, l, w.since)
+		g, err := t.grantFree(e, h, s, l, now)
 		e.mu.Unlock()
 		if err != nil {
 			t.unref(e, 1)
 			return nil, err
 		}
 		done(g.token, nil)
-		return &Pending{}, nil
+		return decided, nil
 	}
+	w := &waiter{e: e, h: h, since: now, sess: s, link: l, done: done, tbl: t}
 	if s != nil && !s.addWaiter(w, l) {
 		e.mu.Unlock()
 		t.unref(e, 1)

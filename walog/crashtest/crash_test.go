@@ -123,13 +123,27 @@ func start(t testing.TB, dataPath string, env ...string) *server {
 // startWith is start with the binary bin.
 func startWith(t testing.TB, bin, dataPath string, env ...string) *server {
 	t.Helper()
+	s, err := tryStart(bin, dataPath, env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// errExitedAtStart is a server that exited before it served; the server
+// returned with it holds its output.
+var errExitedAtStart = errors.New("server exited at start")
+
+// tryStart runs bin and waits for it to serve; a server that exits first
+// is returned with errExitedAtStart (a crash point may stop a start).
+func tryStart(bin, dataPath string, env ...string) (*server, error) {
 	s := &server{out: &output{started: make(chan struct{})}, exited: make(chan struct{})}
 	s.cmd = exec.Command(bin)
 	s.cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stderr = s.out
 	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go func() { // ends when the process has exited and its stderr is read
 		s.err = s.cmd.Wait()
@@ -140,14 +154,13 @@ func startWith(t testing.TB, bin, dataPath string, env ...string) *server {
 		s.out.mu.Lock()
 		s.addr, s.web = s.out.addr, s.out.web
 		s.out.mu.Unlock()
-		return s
+		return s, nil
 	case <-s.exited:
-		t.Fatalf("server exited at start (%v):\n%s", s.err, s.out)
+		return s, fmt.Errorf("%w (%v):\n%s", errExitedAtStart, s.err, s.out)
 	case <-time.After(30 * time.Second):
 		s.kill()
-		t.Fatalf("server did not start within 30s:\n%s", s.out)
+		return nil, fmt.Errorf("server did not start within 30s:\n%s", s.out)
 	}
-	return nil
 }
 
 func (s *server) kill() {

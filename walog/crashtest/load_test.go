@@ -228,6 +228,23 @@ type v1Client struct {
 	id   int
 	name string
 	held string // the key it was told '+' for and has not released
+	// hungUp is a Lock given up on that the server closed without an
+	// answer (-1: none). The close may be the server's withdrawal — it
+	// releases a grant that crossed the hang-up before closing — or the
+	// process dying between the two; the next answer from the same server
+	// tells them apart (see settleHangUp).
+	hungUp   int
+	hungUpAt time.Time
+}
+
+// settleHangUp records the Lock given up on as having done nothing: an
+// answer came since from the same process, so it was alive when it
+// closed that connection, after releasing any grant that crossed.
+func (w *v1Client) settleHangUp(lr *loadRun) {
+	if w.hungUp >= 0 {
+		lr.rec.ReturnAt(w.hungUp, history.Fail, 0, w.hungUpAt)
+		w.hungUp = -1
+	}
 }
 
 func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
@@ -255,13 +272,15 @@ func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 		a, err := v1Ask(lr.addr, wire.Frame{Action: action, Key: k, Source: w.name}, giveUp)
 		switch {
 		case errors.Is(err, errHungUp) && a == 0:
-			lr.rec.Return(h, history.Fail, 0) // withdrawn: the Lock did nothing
+			w.settleHangUp(lr) // an earlier one: this close came from a live server
+			w.hungUp, w.hungUpAt = h, time.Now()
 			continue
 		case errors.Is(err, errHungUp):
 			// The grant crossed the hang-up: the client holds the key.
 		case err != nil:
 			return // the server died: left open, settled at the next restart
 		}
+		w.settleHangUp(lr)
 		lr.rec.Return(h, outcomeOf(a), 0)
 		if a == wire.AnswerOK && action != wire.ResetByKey {
 			w.held = k
@@ -286,6 +305,7 @@ func (w *v1Client) release(lr *loadRun, rng *rand.Rand) bool {
 	if err != nil {
 		return false
 	}
+	w.settleHangUp(lr)
 	lr.rec.Return(h, outcomeOf(a), 0)
 	w.held = ""
 	return true
@@ -512,7 +532,7 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 	}
 	var v1s []*v1Client
 	for i := range loadV1 {
-		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i)})
+		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i), hungUp: -1})
 	}
 	var ss []*sClient
 	for i := range loadSessions {
@@ -530,6 +550,7 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 	tally := loadTally{hits: make(map[string]int)}
 	var highBefore uint64 // the highest token of the cycles before
 	srv := startWith(t, fp, dataPath, "LC_COMPACT_FLOOR="+strconv.Itoa(loadCompactFloor))
+	segment := []*server{srv} // the servers since the last boundary, the current one last
 	for _, w := range ss {
 		lr.addr = srv.addr
 		if !w.open(lr) {
@@ -538,7 +559,6 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 	}
 	// check checks the history since the last boundary: a settle that
 	// completed, after which every key is free and no call is open.
-	var before *server // the server the last crash killed
 	check := func(cycle int) {
 		rep, err := lr.rec.Check(time.Minute)
 		tally.ops += rep.Ops
@@ -546,11 +566,11 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 		tally.tokens += rep.Tokens
 		tally.unknown += rep.Unknown
 		if err != nil {
-			prev := "(none)"
-			if before != nil {
-				prev = before.out.String()
+			var outs strings.Builder
+			for i, s := range segment {
+				fmt.Fprintf(&outs, "--- server %d of %d since the last boundary:\n%s", i+1, len(segment), s.out)
 			}
-			t.Errorf("cycle %d: %v\noutput of the server the crash killed:\n%s\noutput since the restart:\n%s", cycle, err, prev, srv.out)
+			t.Errorf("cycle %d: %v\n%s", cycle, err, outs.String())
 		}
 		// Tokens only grow: every token since the boundary is above every
 		// token before it, whatever the key.
@@ -560,6 +580,7 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 		}
 		highBefore = max(highBefore, high)
 		lr.rec = history.NewRecorder()
+		segment = segment[len(segment)-1:]
 	}
 	for cycle := range n {
 		lr.addr = srv.addr
@@ -604,6 +625,9 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 		}
 		// Nothing still open can take effect after the process died.
 		lr.rec.Settle(dead, nil)
+		for _, w := range v1s {
+			w.hungUp = -1 // settled just now, as unknown
+		}
 		tally.cycles++
 		if t.Failed() {
 			break
@@ -617,8 +641,8 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 			fpi := leastHit(tally.hits)
 			env = append(env, fmt.Sprintf("LC_FAILPOINT=%s:%d", failpoints[fpi].name, 1+rng.IntN(failpoints[fpi].maxPass)))
 		}
-		before = srv
 		srv = startArmed(t, fp, dataPath, env, &tally)
+		segment = append(segment, srv)
 	}
 	lr.addr = srv.addr
 	if !t.Failed() && settleAfterRestart(t, lr, srv, v1s, ss, settler, n) {

@@ -141,7 +141,13 @@ func (r *Recorder) Call(op Op) int {
 // Return records the answer to the call h; token is the grant's token for
 // a Lock or TryLock answered '+' (0 if unknown).
 func (r *Recorder) Return(h int, o Outcome, token uint64) {
-	now := time.Now()
+	r.ReturnAt(h, o, token, time.Now())
+}
+
+// ReturnAt is Return for an outcome learnt at a moment already past: a
+// client that learns later what a call did (say, that the server was
+// alive when it closed the connection) records it as of then.
+func (r *Recorder) ReturnAt(h int, o Outcome, token uint64, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.open[h]; !ok {

@@ -359,7 +359,7 @@ func (s *Server) handle(c net.Conn, peer netip.Addr) {
 
 // serveV1 serves one v1 request whose first n bytes are in buf.
 func (s *Server) serveV1(c net.Conn, buf []byte, n int) {
-	f, used, err := s.readV1(c, buf, n)
+	f, used, n, err := s.readV1(c, buf, n)
 	if err != nil {
 		return // answered or logged by readV1
 	}
@@ -396,25 +396,54 @@ func (s *Server) serveV1(c net.Conn, buf []byte, n int) {
 		return
 	}
 	if f.Action == Unlock || f.Action == ResetByKey {
-		// The original clients' frames end after the key; ours carry a
-		// source too. Read what comes until the client closes, so that
-		// closing never resets a connection with unread bytes.
-		_, _ = io.CopyN(io.Discard, c, MaxField+1)
+		discardSource(c, buf[used:n])
+	}
+}
+
+// discardSource reads the rest of an Unlock or ResetByKey frame after its
+// answer: the source field our clients send (rest holds what of it has
+// arrived), or nothing, from the original server's clients, which send the
+// key alone and close once answered. Reading it before closing means a
+// close never resets a connection with unread bytes; stopping as soon as
+// the declared field is whole means a client that waits for our close is
+// not kept waiting.
+func discardSource(c net.Conn, rest []byte) {
+	want := -1 // bytes still to come; unknown until the size byte arrives
+	if len(rest) > 0 {
+		want = int(int8(rest[0])) + 1 - len(rest)
+		if int8(rest[0]) < 0 || want <= 0 {
+			return
+		}
+	}
+	var b [MaxField + 1]byte
+	for want != 0 {
+		n, err := c.Read(b[:])
+		if n > 0 && want < 0 {
+			want = int(int8(b[0])) + 1
+			if int8(b[0]) < 0 {
+				return
+			}
+		}
+		want = max(want-n, 0)
+		if err != nil {
+			return // closed by the client, or REQUEST_TIMEOUT passed
+		}
 	}
 }
 
 // readV1 reads until buf holds a whole v1 frame (the original server's
-// forms included) and decodes it. A malformed or incomplete frame is
-// answered or logged here, and returns an error.
-func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, error) {
+// forms included) and decodes it, returning the frame, its size and how
+// many bytes buf holds. A malformed or incomplete frame is answered or
+// logged here, and returns an error.
+func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, int, error) {
 	for {
 		f, used, derr := DecodeServer(buf[:n])
 		if derr == nil {
-			return f, used, nil
+			return f, used, n, nil
 		}
 		if !errors.Is(derr, ErrShort) {
 			s.invalid(c, Action(buf[0]), derr)
-			return f, 0, derr
+			return f, 0, n, derr
 		}
 		m, rerr := c.Read(buf[n:])
 		n += m
@@ -423,7 +452,7 @@ func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, error) {
 				s.Logger.Warn("request rejected: frame incomplete", "peer", c.RemoteAddr().String(), "bytes", n, "err", rerr)
 				s.Observer.Request(Action(buf[0]), ResultInvalid)
 			}
-			return f, 0, rerr
+			return f, 0, n, rerr
 		}
 	}
 }

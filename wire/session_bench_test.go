@@ -3,9 +3,14 @@ package wire
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+
+	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/walog"
 )
 
 // benchPeer is a minimal session client for benchmarks: one request at a
@@ -84,4 +89,40 @@ func BenchmarkSessionParallel(b *testing.B) {
 			p.cycle(b, string(key))
 		}
 	})
+}
+
+// BenchmarkSessionDurable is 64 sessions cycling on their own keys with
+// the write-ahead log (workload D, 64 lockers), beside the same in memory.
+func BenchmarkSessionDurable(b *testing.B) {
+	for _, durable := range []bool{false, true} {
+		name := "memory"
+		if durable {
+			name = "wal"
+		}
+		b.Run(name, func(b *testing.B) {
+			ts := startServer(b, func(s *Server) {
+				if !durable {
+					return
+				}
+				j := &walog.Journal{}
+				s.Table = locker.New(locker.Options{Journal: j})
+				l, err := j.Open(filepath.Join(b.TempDir(), "locks.wal"), walog.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, s.Table)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+			})
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 processors
+			b.RunParallel(func(pb *testing.PB) {
+				p := ts.benchPeer(b)
+				g := next.Add(1)
+				key := make([]byte, 0, 32)
+				for i := 0; pb.Next(); i++ {
+					key = fmt.Appendf(key[:0], "d%d/%d", g, i)
+					p.cycle(b, string(key))
+				}
+			})
+		})
+	}
 }

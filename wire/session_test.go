@@ -522,3 +522,38 @@ func TestHandoverToASlowReader(t *testing.T) {
 		t.Fatal("no handoff write was cut short: the test did not test the requeue")
 	}
 }
+
+// TestUnlockWithSourceClosesAtOnce: an Unlock that carries its whole
+// source field is answered and the connection closed at once, so a
+// client that waits for the server's close is not kept waiting; one that
+// sends the key alone (the original clients) is answered too, and the
+// server reads on until it closes.
+func TestUnlockWithSourceClosesAtOnce(t *testing.T) {
+	ts := startServer(t, func(s *Server) { s.RequestTimeout = 5 * time.Second })
+	for _, split := range []bool{false, true} {
+		ts.ask(t, Lock, "k", "svc")
+		full := frame(Unlock, "k", "svc")
+		c := ts.send(t, full[:3])
+		if split {
+			// The source field comes in a second segment, after the answer.
+			if got := answer(t, c); got != AnswerOK {
+				t.Fatalf("split Unlock answered %q", got)
+			}
+			c.Write(full[3:])
+		} else {
+			c.Write(full[3:])
+			if got := answer(t, c); got != AnswerOK {
+				t.Fatalf("Unlock answered %q", got)
+			}
+		}
+		start := time.Now()
+		var b [1]byte
+		_ = c.SetReadDeadline(time.Now().Add(4 * time.Second))
+		if n, err := c.Read(b[:]); n != 0 || err == nil || isTimeout(err) {
+			t.Fatalf("split=%v: after the answer: %d bytes, %v; want the server's close", split, n, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("split=%v: the server closed %v after the answer", split, took)
+		}
+	}
+}

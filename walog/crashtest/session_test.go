@@ -39,7 +39,7 @@ const pingID = 1 << 31
 // openSession opens a session on addr (resume 0) or resumes one. A '-'
 // comes back as errOpenRefused.
 func openSession(addr, source string, ttl time.Duration, resume uint64) (*sess, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	conn, err := net.DialTimeout("tcp", addr, 15*time.Second) // see v1Ask
 	if err != nil {
 		return nil, err
 	}

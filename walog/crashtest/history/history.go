@@ -161,6 +161,13 @@ func (r *Recorder) ReturnAt(h int, o Outcome, token uint64, now time.Time) {
 	}
 }
 
+// CallTime returns when the call h was made.
+func (r *Recorder) CallTime(h int) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ops[h].Call
+}
+
 // Settle gives every call still open, of any client whose number keep
 // accepts (nil: all), the outcome Unknown with Return at: none of them can
 // take effect after at (the server that had them is gone, or their client

@@ -110,7 +110,13 @@ func BenchmarkSessionDurable(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { l.Close() })
+				b.Cleanup(func() {
+					st := l.Stats()
+					if st.Fsyncs > 0 {
+						b.ReportMetric(float64(st.Records)/float64(st.Fsyncs), "records/fsync")
+					}
+					l.Close()
+				})
 			})
 			var next atomic.Int64
 			b.SetParallelism(32) // 64 goroutines on 2 processors

@@ -43,6 +43,7 @@ func openSession(addr, source string, ttl time.Duration, resume uint64) (*sess, 
 	if err != nil {
 		return nil, err
 	}
+	_ = conn.(*net.TCPConn).SetLinger(0) // closed with a reset: no TIME_WAIT left (see v1Ask)
 	b, err := wire.Open{Version: wire.SessionVersion, TTLMillis: uint32(ttl / time.Millisecond), Resume: resume, Source: source}.Append(nil)
 	if err != nil {
 		conn.Close()

@@ -14,3 +14,6 @@ func failpoint(name string) {}
 // failpointFloor is the compaction floor a failpoint build may set; 0
 // here (the floor of Options applies).
 func failpointFloor() int64 { return 0 }
+
+// sabotaged reports whether a planted bug is switched on; never here.
+func sabotaged(string) bool { return false }

@@ -27,6 +27,11 @@ import (
 // test counts. LC_COMPACT_FLOOR=bytes lowers the compaction floor, so that
 // a short run compacts often enough to reach the compaction points.
 //
+// LC_SABOTAGE=drop-releases or forget-holds plants a bug instead, for a
+// test that the crash tests find one: the first writes no release record
+// (released keys come back held after a restart), the second restores
+// nothing at start (acknowledged grants are lost).
+//
 // The places (Failpoints lists them):
 //
 //	append-before-fsync      a batch is written, not yet fsynced
@@ -106,3 +111,9 @@ func init() {
 		}
 	}()
 }
+
+// sabotage is LC_SABOTAGE, read once at start.
+var sabotage = os.Getenv("LC_SABOTAGE")
+
+// sabotaged reports whether the planted bug name is switched on.
+func sabotaged(name string) bool { return sabotage == name }

@@ -226,6 +226,9 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 			return nil, err
 		}
 	}
+	if failpointsOn && sabotaged("forget-holds") {
+		clear(l.live) // a planted bug for the crash test to find
+	}
 	l.size.Store(size)
 	retokened := false
 	for k, h := range l.live {
@@ -546,6 +549,9 @@ func (l *Log) Commit(batch []locker.Change) error {
 			size += 1 + 8 + 2 + len(c.Key)
 		}
 	}
+	if failpointsOn && sabotaged("drop-releases") {
+		ops = dropReleases(ops) // a planted bug for the crash test to find
+	}
 	rec, n := appendRecords(make([]byte, 0, frameSize+size), ops)
 	return l.submit(&request{rec: rec, records: n, ops: ops})
 }
@@ -757,6 +763,17 @@ func (l *Log) writeBatch(buf []byte) error {
 		return pathError("fsync", l.path, err)
 	}
 	return nil
+}
+
+// dropReleases returns ops without its releases (for a sabotage).
+func dropReleases(ops []op) []op {
+	kept := ops[:0:0]
+	for _, o := range ops {
+		if o.typ != typeRelease && o.typ != typeReleaseV1 {
+			kept = append(kept, o)
+		}
+	}
+	return kept
 }
 
 // hasRelease reports whether a batch releases a key (for a failpoint).

@@ -56,6 +56,9 @@ go-test:
 
 fuzz:
 	cd client && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./protocol
+	cd client && $(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./protocol
+	@# A count, not a time: a time-bounded run of FuzzReplay can stall at its end.
+	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 20000x ./walog
 
 clients:
 	clients/run-tests

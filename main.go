@@ -68,6 +68,7 @@ Environment:
   DATA_PATH        write-ahead log file; unset = memory only
   STUCK_AFTER      a key held longer counts as stuck     (default 10m)
   MAX_CONNECTIONS  concurrent TCP connections            (default 10000)
+  MAX_CONNECTIONS_PER_PEER  of them from one IP address; -1 = no bound (default a quarter)
   REQUEST_TIMEOUT  time for a client to send its frame   (default 10s)
   WEB_PASSWORD     basic auth (user admin) on the web port, probes excepted
   SESSION_TTL      TTL of a session that asks for 0, 1s..10m (default 10s)
@@ -107,10 +108,12 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		Table:          table,
 		RequestTimeout: cfg.RequestTimeout,
 		MaxConnections: cfg.MaxConnections,
-		Logger:         logger,
-		Observer:       metrics,
-		SessionTTL:     cfg.SessionTTL,
-		AuthToken:      cfg.AuthToken,
+		// One peer's share: see MAX_CONNECTIONS_PER_PEER.
+		MaxConnectionsPerPeer: cfg.MaxConnectionsPerPeer,
+		Logger:                logger,
+		Observer:              metrics,
+		SessionTTL:            cfg.SessionTTL,
+		AuthToken:             cfg.AuthToken,
 	}
 
 	// Keepalive probes matter only to a waiter, which wire turns them on
@@ -183,7 +186,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	if serveErr == nil {
 		replayed.Store(true)
 		logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
-			"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections)
+			"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections,
+			"max_connections_per_peer", cfg.MaxConnectionsPerPeer)
 		logReach(logger, cfg, tcpLn, webLn)
 		wg.Go(func() {
 			if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
@@ -325,10 +329,13 @@ type config struct {
 	DataPath       string // "" keeps the lock table in memory only
 	StuckAfter     time.Duration
 	MaxConnections int
-	RequestTimeout time.Duration
-	WebPassword    string
-	SessionTTL     time.Duration
-	AuthToken      string
+	// MaxConnectionsPerPeer bounds the lock port's connections from one
+	// IP address (wire.Server.MaxConnectionsPerPeer; 0: no bound).
+	MaxConnectionsPerPeer int
+	RequestTimeout        time.Duration
+	WebPassword           string
+	SessionTTL            time.Duration
+	AuthToken             string
 	// The web port's Host allow-list and connection bounds (web.Options).
 	WebAllowedHosts          []string
 	WebMaxConnections        int
@@ -405,6 +412,16 @@ func configFromEnv(getenv func(string) string) (config, error) {
 			return c, fmt.Errorf("MAX_CONNECTIONS=%q: want a whole number of at least 1", v)
 		}
 		c.MaxConnections = n
+	}
+	// A quarter of MAX_CONNECTIONS by default, as on the web port, so that
+	// one peer holding stalled sockets leaves the rest to everyone else.
+	c.MaxConnectionsPerPeer = max(1, c.MaxConnections/4)
+	if v := getenv("MAX_CONNECTIONS_PER_PEER"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < -1 || n == 0 {
+			return c, fmt.Errorf("MAX_CONNECTIONS_PER_PEER=%q: want a whole number of at least 1, or -1 for no per-address bound", v)
+		}
+		c.MaxConnectionsPerPeer = max(n, 0) // -1: no bound, wire's 0
 	}
 	return c, nil
 }

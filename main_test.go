@@ -301,7 +301,8 @@ func TestBinaryConfigErrorsNameTheVariable(t *testing.T) {
 	bin := serverBinary(t)
 	for _, env := range []string{
 		"BIND_ADDRESS=nonsense", "WEB_ADDRESS=:99999", "STUCK_AFTER=soon", "MAX_CONNECTIONS=0",
-		"REQUEST_TIMEOUT=-1s",
+		"REQUEST_TIMEOUT=-1s", "MAX_CONNECTIONS_PER_PEER=0", "SESSION_TTL=500ms", "SESSION_TTL=11m",
+		"AUTH_TOKEN=" + strings.Repeat("x", 128), "WEB_MAX_CONNECTIONS=0", "WEB_MAX_CONNECTIONS_PER_PEER=-2",
 	} {
 		cmd := exec.Command(bin)
 		cmd.Env = []string{env}

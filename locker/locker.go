@@ -213,6 +213,15 @@ func (t *Table) RaiseTokens(floor uint64) {
 	}
 }
 
+// commit hands a batch to the journal; a table without one (whose
+// batches stay empty) records nothing.
+func (t *Table) commit(batch []Change) error {
+	if !t.durable {
+		return nil
+	}
+	return t.journal.Commit(batch)
+}
+
 // nextToken returns a fresh fencing token. Tokens of refused batches are
 // simply never used: nobody learnt them.
 func (t *Table) nextToken() uint64 { return t.lastToken.Add(1) }
@@ -415,7 +424,10 @@ func (t *Table) grantFree(e *entry, h Holder, s *session, l *Link, arrived time.
 		return nil, s.refusal(l)
 	}
 	g := &grant{token: t.nextToken(), h: h, since: t.now(), sess: s}
-	err := t.journal.Commit([]Change{grantChange(e.key, g)})
+	var err error
+	if t.durable { // in memory there is nothing to record, nor to allocate
+		err = t.journal.Commit([]Change{grantChange(e.key, g)})
+	}
 	if s != nil {
 		s.finish(e.key, g.token, err == nil)
 	}
@@ -520,7 +532,9 @@ type handover struct {
 // the key held.
 func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []Change, int) {
 	hv := handover{e: e, old: e.hold}
-	batch = append(batch, Change{Key: e.key, Token: e.hold.token})
+	if t.durable {
+		batch = append(batch, Change{Key: e.key, Token: e.hold.token})
+	}
 	refused := 0
 	for w := e.head; w != nil; w = e.head {
 		if w.sess != nil && !w.sess.begin(w.link) {
@@ -534,7 +548,9 @@ func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []
 		hv.next = w
 		hv.g = &grant{token: t.nextToken(), h: w.h, sess: w.sess}
 		hv.g.since = t.now()
-		batch = append(batch, grantChange(e.key, hv.g))
+		if t.durable {
+			batch = append(batch, grantChange(e.key, hv.g))
+		}
 		break
 	}
 	return hv, batch, refused
@@ -582,7 +598,7 @@ func (t *Table) releaseOne(e *entry, what string, match func(*grant) bool) (uint
 	}
 	var ns notices
 	hv, batch, refused := t.planRelease(e, nil, &ns)
-	if err := t.journal.Commit(batch); err != nil {
+	if err := t.commit(batch); err != nil {
 		hv.abandon()
 		e.mu.Unlock()
 		t.unref(e, refused)
@@ -651,7 +667,7 @@ func (t *Table) ResetByKey(key string) (ResetResult, error) {
 	if e.hold == nil {
 		return res, nil
 	}
-	if err := t.journal.Commit([]Change{{Key: key, Token: e.hold.token}}); err != nil {
+	if err := t.commit([]Change{{Key: key, Token: e.hold.token}}); err != nil {
 		return res, fmt.Errorf("%w: reset %q: %w", ErrJournal, key, err)
 	}
 	for w := e.head; w != nil; w = e.head {

@@ -50,7 +50,7 @@ var (
 const (
 	// maxPending is the server's bound on requests awaiting an answer on
 	// one connection (one more drops the connection). Cancel does not count.
-	maxPending = 1024
+	maxPending = protocol.MaxPending
 	// maxBackoff bounds the wait between two resume attempts.
 	maxBackoff = 500 * time.Millisecond
 	// minBackoff is the wait after the first failed resume attempt.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -347,6 +346,14 @@ func (p *Pending) Cancel() bool {
 // released again), and an error wrapping ErrJournal when the grant could not
 // be made durable.
 func (t *Table) Lock(ctx context.Context, key string, h Holder) (uint64, error) {
+	return t.LockQueued(ctx, key, h, nil)
+}
+
+// LockQueued is Lock that calls queued, if not nil, once the request has
+// to wait in the queue (never when the key was free), before it waits: the
+// caller can then start watching for its client's departure, and cancel ctx
+// with the reason, only for the requests that need it.
+func (t *Table) LockQueued(ctx context.Context, key string, h Holder, queued func()) (uint64, error) {
 	type result struct {
 		token uint64
 		err   error
@@ -355,6 +362,9 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) (uint64, error) 
 	p, err := t.lock(key, h, nil, nil, func(token uint64, err error) { res <- result{token, err} })
 	if err != nil {
 		return 0, err
+	}
+	if p != decided && queued != nil {
+		queued()
 	}
 	select {
 	case r := <-res:
@@ -366,13 +376,11 @@ func (t *Table) Lock(ctx context.Context, key string, h Holder) (uint64, error) 
 		return 0, context.Cause(ctx)
 	}
 	r := <-res
-	if r.err == nil {
-		// Granted as ctx ended: the caller will not use it, so hand it on.
-		_ = t.Release(key, r.token)
-	}
 	if r.err != nil {
 		return 0, r.err
 	}
+	// Granted as ctx ended: the caller will not use it, so hand it on.
+	_ = t.Release(key, r.token)
 	return 0, context.Cause(ctx)
 }
 
@@ -410,7 +418,7 @@ func (t *Table) lock(key string, h Holder, s *session, l *Link, done func(uint64
 	if s != nil && !s.addWaiter(w, l) {
 		e.mu.Unlock()
 		t.unref(e, 1)
-		return nil, s.refusal(l)
+		return nil, s.refusal()
 	}
 	t.enqueue(w)
 	e.mu.Unlock()
@@ -421,7 +429,7 @@ func (t *Table) lock(key string, h Holder, s *session, l *Link, done func(uint64
 // the caller's reference becomes the holder's.
 func (t *Table) grantFree(e *entry, h Holder, s *session, l *Link, arrived time.Time) (*grant, error) {
 	if s != nil && !s.begin(l) {
-		return nil, s.refusal(l)
+		return nil, s.refusal()
 	}
 	g := &grant{token: t.nextToken(), h: h, since: t.now(), sess: s}
 	var err error
@@ -541,7 +549,7 @@ func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []
 			// Its session ended or moved to another connection while
 			// this release was on its way: it never gets the key.
 			t.dequeue(w)
-			ns.add(w, 0, w.sess.refusal(w.link))
+			ns.add(w, 0, w.sess.refusal())
 			refused++
 			continue
 		}
@@ -928,16 +936,4 @@ func (e *entry) info(withQueue bool) (KeyInfo, bool) {
 		}
 	}
 	return ki, true
-}
-
-// String names a holder in messages.
-func (h Holder) String() string {
-	var b strings.Builder
-	b.WriteString(h.Source)
-	if h.Session != 0 {
-		b.WriteString(" (session ")
-		b.WriteString(h.Session.String())
-		b.WriteString(")")
-	}
-	return b.String()
 }

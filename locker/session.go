@@ -249,7 +249,7 @@ func (l *Link) TryLock(key string) (uint64, error) {
 func (l *Link) Unlock(key string, token uint64) (uint64, error) {
 	s := l.s
 	if !s.usable(l) {
-		return 0, s.refusal(l)
+		return 0, s.refusal()
 	}
 	e := s.t.lookup(key)
 	if e == nil {
@@ -284,7 +284,7 @@ func (l *Link) Detach() {
 func (l *Link) Close() (ResetResult, error) {
 	s := l.s
 	if !s.usable(l) {
-		return ResetResult{}, s.refusal(l)
+		return ResetResult{}, s.refusal()
 	}
 	return s.t.end(s, false)
 }
@@ -398,8 +398,9 @@ func (s *session) usable(l *Link) bool {
 	return !s.ended && (l == nil || s.link == l)
 }
 
-// refusal is the error for a request through l that usable refused.
-func (s *session) refusal(*Link) error {
+// refusal is the error for a request that usable refused: the session
+// ended, or the request came through a link that is no longer its own.
+func (s *session) refusal() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {

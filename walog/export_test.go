@@ -1,6 +1,8 @@
 package walog
 
 import (
+	"github.com/locking-center/locking-center/locker"
+
 	"bufio"
 	"encoding/binary"
 	"fmt"
@@ -119,4 +121,18 @@ func sealFrameV1(b []byte, start int) []byte {
 	binary.BigEndian.PutUint16(b[start+6:], ^n)
 	binary.BigEndian.PutUint32(b[start:], crc32.Checksum(b[start+4:], castagnoli))
 	return b
+}
+
+// Acquire records that key is held by h (its grant, token and session
+// included), and returns once the record is durable: Commit of one grant,
+// for tests.
+func (l *Log) Acquire(key string, h Holder) error {
+	return l.Commit([]locker.Change{{Key: key, Token: h.Token, Grant: true, Since: h.Since, TTL: h.TTL,
+		Holder: locker.Holder{Source: h.Source, Remote: h.Remote, Session: locker.SessionID(h.Session)}}})
+}
+
+// Release records that key is free, whatever its grant: Commit of one
+// release, for tests.
+func (l *Log) Release(key string) error {
+	return l.Commit([]locker.Change{{Key: key}})
 }

@@ -556,19 +556,6 @@ func (l *Log) Commit(batch []locker.Change) error {
 	return l.submit(&request{rec: rec, records: n, ops: ops})
 }
 
-// Acquire records that key is held by h (its grant, token and session
-// included), and returns once the record is durable.
-func (l *Log) Acquire(key string, h Holder) error {
-	return l.Commit([]locker.Change{{Key: key, Token: h.Token, Grant: true, Since: h.Since, TTL: h.TTL,
-		Holder: locker.Holder{Source: h.Source, Remote: h.Remote, Session: locker.SessionID(h.Session)}}})
-}
-
-// Release records that key is free, whatever its grant, and returns once
-// the record is durable.
-func (l *Log) Release(key string) error {
-	return l.Commit([]locker.Change{{Key: key}})
-}
-
 func (l *Log) submit(r *request) error {
 	if err := l.Err(); err != nil {
 		return err

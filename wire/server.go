@@ -519,24 +519,37 @@ func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, tok
 // Go's defaults for accepted connections, set only on those that wait.
 var waiterKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
-// lockResult is the outcome of a queued Lock.
-type lockResult struct {
-	token uint64
-	err   error
+func (s *Server) wait(c net.Conn, key string, h locker.Holder) (uint64, error) {
+	ctx, cancel := context.WithCancelCause(s.ctx) // ended by Shutdown too
+	defer cancel(nil)
+	var watched chan struct{}
+	token, err := s.Table.LockQueued(ctx, key, h, func() { watched = s.watch(c, key, cancel) })
+	if watched != nil {
+		_ = c.SetReadDeadline(time.Unix(1, 0)) // wake the watcher
+		<-watched
+	}
+	if err == nil {
+		// The watcher may have seen the hang-up just after the grant:
+		// then nobody will ever unlock this key, so give it back.
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			if uerr := s.Table.Release(key, token); uerr != nil {
+				s.Logger.Warn("could not hand on a grant to a departed client", "key", key, "err", uerr)
+			}
+			err = cause
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		err = errStopped // the server's own context: Shutdown
+	}
+	return token, err
 }
 
-func (s *Server) wait(c net.Conn, key string, h locker.Holder) (uint64, error) {
-	res := make(chan lockResult, 1)
-	p, err := s.Table.LockFunc(key, h, func(token uint64, err error) { res <- lockResult{token, err} })
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case r := <-res: // the key was free: no watcher needed
-		return r.token, r.err
-	default:
-	}
-
+// watch starts, for a v1 Lock that has to queue, the goroutine that reads
+// its connection while it waits: a client that hangs up, or sends bytes
+// after its frame, cancels the wait with the reason. The goroutine ends at
+// the read deadline the caller sets once the wait is over; watched is
+// closed then.
+func (s *Server) watch(c net.Conn, key string, cancel context.CancelCauseFunc) (watched chan struct{}) {
 	_ = c.SetReadDeadline(time.Time{}) // a waiter may wait for ever
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose host vanishes sends no FIN; probes find it, so
@@ -545,58 +558,21 @@ func (s *Server) wait(c net.Conn, key string, h locker.Holder) (uint64, error) {
 			s.Logger.Warn("keepalive not set on a waiting connection", "peer", c.RemoteAddr().String(), "key", key, "err", err)
 		}
 	}
-	gone := make(chan error, 1)
-	watched := make(chan struct{})
-	go func() { // the watcher: ended by the deadline set below
+	watched = make(chan struct{})
+	go func() {
 		defer close(watched)
 		var b [1]byte
 		n, err := c.Read(b[:])
 		switch {
 		case n > 0:
-			gone <- errTrailing
+			cancel(errTrailing)
 		case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
-			// stopped by the deadline below: the wait is over
+			// stopped by the caller's deadline: the wait is over
 		default:
-			gone <- errHungUp
+			cancel(errHungUp)
 		}
 	}()
-	var r lockResult
-	select {
-	case r = <-res:
-	case cause := <-gone:
-		r = s.giveUp(p, res, key, cause)
-	case <-s.ctx.Done():
-		r = s.giveUp(p, res, key, errStopped)
-	}
-	_ = c.SetReadDeadline(time.Unix(1, 0)) // wake the watcher
-	<-watched
-	if r.err == nil {
-		// The watcher may have seen the hang-up just after the grant:
-		// then nobody will ever unlock this key, so give it back.
-		select {
-		case cause := <-gone:
-			if uerr := s.Table.Release(key, r.token); uerr != nil {
-				s.Logger.Warn("could not hand on a grant to a departed client", "key", key, "err", uerr)
-			}
-			return 0, cause
-		default:
-		}
-	}
-	return r.token, r.err
-}
-
-// giveUp withdraws a waiter whose client left (or the server stops); a
-// grant that crossed the withdrawal is handed on.
-func (s *Server) giveUp(p *locker.Pending, res <-chan lockResult, key string, cause error) lockResult {
-	p.Cancel()
-	r := <-res
-	if r.err == nil {
-		if uerr := s.Table.Release(key, r.token); uerr != nil {
-			s.Logger.Warn("could not hand on a grant to a departed client", "key", key, "err", uerr)
-		}
-	}
-	r.token, r.err = 0, cause
-	return r
+	return watched
 }
 
 func isTimeout(err error) bool {

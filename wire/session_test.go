@@ -425,30 +425,36 @@ func TestManyLocksOneSession(t *testing.T) {
 		buf, _ = Request{Action: Lock, ID: uint32(i + 1), Key: fmt.Sprint("k", i%10)}.Append(buf)
 	}
 	p.c.Write(buf)
-	held := map[string]uint64{}
-	for range n {
-		var ans Answer
-		for {
-			var ok bool
-			if ans, ok = p.next(); !ok {
-				t.Fatal("connection ended")
+	lastID := map[string]uint32{}    // the last Lock of each key granted
+	lastToken := map[string]uint64{} // and its token
+	unlocked := map[uint32]uint64{}  // Unlock id → the token it names
+	grants, unlocks := 0, 0
+	for grants < n || unlocks < n {
+		ans, ok := p.next()
+		if !ok {
+			t.Fatal("connection ended")
+		}
+		if ans.ID > n { // an Unlock's answer: it released the grant it named
+			if ans.Status != AnswerOK || ans.Token != unlocked[ans.ID] {
+				t.Fatalf("Unlock %d answered %+v, want + with token %d", ans.ID, ans, unlocked[ans.ID])
 			}
-			if ans.Status == AnswerOK && ans.Token != 0 && ans.ID <= n {
-				break
-			}
-			if ans.ID > n { // an Unlock's answer
-				continue
-			}
+			unlocks++
+			continue
+		}
+		if ans.Status != AnswerOK || ans.Token == 0 {
 			t.Fatalf("Lock answered %+v", ans)
 		}
 		key := fmt.Sprint("k", (ans.ID-1)%10)
-		if _, dup := held[key]; dup {
-			t.Fatalf("%s granted twice at once", key)
+		// One session's Locks of a key are granted in the order sent, each
+		// under a larger token than the one before.
+		if ans.ID <= lastID[key] || ans.Token <= lastToken[key] {
+			t.Fatalf("%s: Lock %d granted (token %d) after Lock %d (token %d)", key, ans.ID, ans.Token, lastID[key], lastToken[key])
 		}
+		lastID[key], lastToken[key] = ans.ID, ans.Token
+		grants++
+		unlocked[n+ans.ID] = ans.Token
 		b, _ := Request{Action: Unlock, ID: n + ans.ID, Token: ans.Token, Key: key}.Append(nil)
 		p.c.Write(b)
-		held[key] = ans.Token
-		delete(held, key) // released by the Unlock just sent
 	}
 }
 

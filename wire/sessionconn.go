@@ -10,12 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 )
 
 // MaxPending bounds the requests pending (arrived, not yet answered) on one
 // session connection; one more drops the connection.
-const MaxPending = 1024
+const MaxPending = protocol.MaxPending
 
 // TTL bounds of a session, in milliseconds (docs/protocol.md).
 const (

@@ -16,6 +16,11 @@ import (
 // SessionVersion is the session protocol version this package speaks.
 const SessionVersion = 1
 
+// MaxPending bounds the requests pending (arrived, not yet answered) on one
+// session connection: the server drops a connection that has one more.
+// Cancel is never pending.
+const MaxPending = 1024
+
 // Sizes of the fixed parts of the session frames.
 const (
 	OpenAnswerSize    = 13

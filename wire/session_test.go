@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -561,5 +562,118 @@ func TestUnlockWithSourceClosesAtOnce(t *testing.T) {
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("split=%v: the server closed %v after the answer", split, took)
 		}
+	}
+}
+
+// smallBufferListener gives its connections a small send buffer, so that
+// answers to a peer that does not read fill it soon. It returns the
+// *net.TCPConn itself: the server writes to its socket directly.
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.(*net.TCPConn).SetWriteBuffer(4096); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// TestAnswersToAPeerThatReadsLate: answers the socket cannot take at once
+// wait for the peer, and reach it whole and in order once it reads; a
+// grant among them too.
+func TestAnswersToAPeerThatReadsLate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerOn(t, smallBufferListener{ln}, nil)
+	p, _ := ts.openSession(t, Open{})
+	if err := p.c.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	const pings = 6000
+	var reqs []byte
+	for id := uint32(1); id <= pings; id++ {
+		reqs, _ = Request{Action: Ping, ID: id}.Append(reqs)
+	}
+	reqs, _ = Request{Action: Lock, ID: pings + 1, Key: "k"}.Append(reqs)
+	before := slowWrites.Load()
+	sent := make(chan error, 1)
+	go func() { // blocks while the server waits for us to read
+		_, err := p.c.Write(reqs)
+		sent <- err
+	}()
+	waitUntil(t, "an answer written only once the peer reads", func() bool { return slowWrites.Load() > before })
+	answers := make([]byte, pings*AnswerSize)
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(p.c, answers); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint32(1); id <= pings; id++ {
+		got, err := DecodeAnswer(answers[(id-1)*AnswerSize:])
+		if err != nil || got.ID != id || got.Status != AnswerOK {
+			t.Fatalf("answer %d: %+v, %v", id, got, err)
+		}
+	}
+	grant, ok := p.next()
+	if !ok || grant.ID != pings+1 || grant.Status != AnswerOK || grant.Token == 0 {
+		t.Fatalf("Lock's answer: %+v, %v", grant, ok)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if ans := p.ask(Unlock, grant.Token, "k"); ans.Status != AnswerOK {
+		t.Fatalf("Unlock: %+v", ans)
+	}
+}
+
+// TestWriteCountsWhatLeft: a write cut short by its patience reports
+// exactly the bytes the peer gets, part written at once and part after
+// waiting.
+func TestWriteCountsWhatLeft(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.(*net.TCPConn).SetWriteBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	sc := &sessionConn{c: c, raw: rawConn(c)}
+	if sc.raw == nil {
+		t.Fatal("a TCP connection without its socket: the test would not test writeNow")
+	}
+	buf := make([]byte, 8<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	n, err := sc.write(buf, 10*time.Millisecond)
+	if !isTimeout(err) || n == 0 || n == len(buf) {
+		t.Fatalf("write to a peer that does not read = %d of %d bytes, %v; want part, then a timeout", n, len(buf), err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf[:n]) {
+		t.Fatalf("the peer got %d bytes, the write reported %d (or other bytes)", len(got), n)
 	}
 }

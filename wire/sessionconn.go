@@ -46,7 +46,7 @@ type sessionConn struct {
 	rd     *bufio.Reader
 	link   *locker.Link
 	remote string
-	raw    syscall.RawConn // c's socket, to write without a deadline; nil if c has none
+	raw    *rawWriter // c's socket, to write without a deadline; nil if c has none
 
 	// mu guards every field below. Table callbacks take it under a key's
 	// mutex, so nothing here calls the Table while holding it.
@@ -610,7 +610,7 @@ func (sc *sessionConn) write(buf []byte, patience time.Duration) (int, error) {
 	n := 0
 	if sc.raw != nil {
 		var err error
-		if n, err = writeNow(sc.raw, buf); err != nil || n == len(buf) {
+		if n, err = sc.raw.writeNow(buf); err != nil || n == len(buf) {
 			return n, err
 		}
 	}
@@ -621,11 +621,12 @@ func (sc *sessionConn) write(buf []byte, patience time.Duration) (int, error) {
 	return n + m, err
 }
 
-// rawConn returns c's socket, or nil if c has none (a wrapped connection).
-func rawConn(c net.Conn) syscall.RawConn {
+// rawConn returns a writer to c's socket, or nil if c has none (a
+// wrapped connection).
+func rawConn(c net.Conn) *rawWriter {
 	if scc, ok := c.(syscall.Conn); ok {
 		if rc, err := scc.SyscallConn(); err == nil {
-			return rc
+			return newRawWriter(rc)
 		}
 	}
 	return nil

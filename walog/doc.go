@@ -8,7 +8,9 @@
 //   - Commit (the log's side of locker.Journal) returns nil only once the
 //     batch is written and fsynced, as one record: a crash keeps all of it
 //     or none. Acquire and Release are one-change Commits. Concurrent callers share one write and one fsync (group
-//     commit): a single writer goroutine takes every queued record at once.
+//     commit): whoever writes a batch takes every record queued by then —
+//     the writer goroutine, or a lone caller that finds the log idle and
+//     writes its own record.
 //   - After a failed write or fsync the log refuses every later record with
 //     an error wrapping ErrFailed until the process restarts; it never
 //     retries an fsync and pretends the data is safe (see README.md).

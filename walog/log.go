@@ -127,7 +127,7 @@ type Log struct {
 	lastSync   time.Duration      // the previous batch's fsync
 	closeErr   error
 	prev       int    // records in the previous batch
-	buf        []byte // the batch being written, reused between batches
+	buf        []byte // the bytes of the batch being written, reused
 }
 
 type request struct {
@@ -594,10 +594,8 @@ func (l *Log) submit(r *request) error {
 	if l.direct && l.lone.Load() && len(l.queue) == 0 && l.writing.TryLock() {
 		batch := []*request{r}
 		l.drain(&batch)
-		l.prev = len(batch)
-		l.lone.Store(l.prev <= 1)
 		l.directBatches.Add(1)
-		l.buf = l.commit(batch, l.buf[:0], false)
+		l.commit(batch, false)
 		l.maybeCompact()
 		l.writing.Unlock()
 		l.mu.RUnlock()
@@ -674,9 +672,7 @@ func (l *Log) run() {
 			if open && l.prev > 1 {
 				open = l.gather(&batch, l.prev, linger)
 			}
-			l.prev = len(batch)
-			l.lone.Store(l.prev <= 1)
-			l.buf = l.commit(batch, l.buf[:0], true)
+			l.commit(batch, true)
 			clear(batch) // let the requests go
 			if !open {
 				l.shutdown()
@@ -734,15 +730,18 @@ func (l *Log) gather(batch *[]*request, want int, linger *time.Timer) (open bool
 
 // commit writes a batch with one write and one fsync, then answers every
 // caller; with yield it then steps aside for them (the writer goroutine
-// does; a lone locker writing its own record is the caller answered). buf
-// is reused between batches. l.writing must be held.
-func (l *Log) commit(batch []*request, buf []byte, yield bool) []byte {
+// does; a lone locker writing its own record is the caller answered). It
+// notes the batch's size for the next (prev, lone). l.writing must be held.
+func (l *Log) commit(batch []*request, yield bool) {
+	l.prev = len(batch)
+	l.lone.Store(l.prev <= 1)
 	if err := l.Err(); err != nil {
 		for _, r := range batch {
 			r.done <- err
 		}
-		return buf
+		return
 	}
+	buf := l.buf[:0]
 	for _, r := range batch {
 		buf = append(buf, r.rec...)
 	}
@@ -777,10 +776,10 @@ func (l *Log) commit(batch []*request, buf []byte, yield bool) []byte {
 	if yield {
 		runtime.Gosched()
 	}
+	l.buf = buf
 	if cap(buf) > 1<<20 {
-		buf = nil // do not keep a burst's buffer for ever
+		l.buf = nil // do not keep a burst's buffer for ever
 	}
-	return buf
 }
 
 func (l *Log) writeBatch(buf []byte) error {

@@ -632,7 +632,9 @@ func rawConn(c net.Conn) *rawWriter {
 	return nil
 }
 
-// slowWrites counts writes that waited for the peer to read (for tests).
+// slowWrites counts writes that went the deadline-bound way: what the
+// socket did not take at once, or a connection without a socket (for
+// tests).
 var slowWrites atomic.Int64
 
 // requeue puts the unwritten part of buf (from n on) back in front of

@@ -381,16 +381,20 @@ type counts struct {
 // free. Over the whole run no key was ever granted to two holders at once,
 // and the fencing tokens of every key only grew, over every restart and
 // compaction.
-func TestCrashRestart(t *testing.T) {
+// cyclesAndSeed returns a crash test's number of cycles (its flag if set,
+// else the environment variable env, else 12) and its random seed
+// (LC_CRASH_SEED, else the clock), and logs both.
+func cyclesAndSeed(t *testing.T, env string, flagged int) (int, uint64) {
+	t.Helper()
 	n := 12
-	if v := os.Getenv("LC_CRASH_CYCLES"); v != "" {
+	if v := os.Getenv(env); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("LC_CRASH_CYCLES=%q: want a whole number of at least 1", v)
+			t.Fatalf("%s=%q: want a whole number of at least 1", env, v)
 		}
 	}
-	if *cycles > 0 {
-		n = *cycles
+	if flagged > 0 {
+		n = flagged
 	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("LC_CRASH_SEED"); v != "" {
@@ -400,7 +404,12 @@ func TestCrashRestart(t *testing.T) {
 		}
 		seed = s
 	}
-	t.Logf("seed %d (LC_CRASH_SEED replays it), %d cycles", seed, n)
+	t.Logf("seed %d (LC_CRASH_SEED replays the choices), %d cycles", seed, n)
+	return n, seed
+}
+
+func TestCrashRestart(t *testing.T) {
+	n, seed := cyclesAndSeed(t, "LC_CRASH_CYCLES", *cycles)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	dataPath := filepath.Join(t.TempDir(), "locks.wal")

@@ -82,18 +82,7 @@ func TestNoLeaksAfterLoad(t *testing.T) {
 		"LC_COMPACT_FLOOR="+strconv.Itoa(loadCompactFloor))
 	defer srv.kill()
 
-	lr := &loadRun{t: t, rec: history.NewRecorder(), addr: srv.addr}
-	for i := range loadKeys {
-		lr.keys = append(lr.keys, fmt.Sprintf("leak/%d", i))
-	}
-	var v1s []*v1Client
-	for i := range loadV1 {
-		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i)})
-	}
-	var ss []*sClient
-	for i := range loadSessions {
-		ss = append(ss, &sClient{id: loadV1 + i, name: fmt.Sprintf("s%d", i)})
-	}
+	lr, v1s, ss := newLoadRun(t, "leak", srv.addr)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 
 	// round runs the load for d, then stops it: resets free the keys so

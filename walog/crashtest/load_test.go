@@ -497,6 +497,24 @@ type loadTally struct {
 	atStart             int // crash points reached while the server started
 }
 
+// newLoadRun makes a load run on keys prefix/0… against addr (set later
+// if empty), with its v1 clients and session clients.
+func newLoadRun(t *testing.T, prefix, addr string) (*loadRun, []*v1Client, []*sClient) {
+	lr := &loadRun{t: t, rec: history.NewRecorder(), addr: addr}
+	for i := range loadKeys {
+		lr.keys = append(lr.keys, fmt.Sprintf("%s/%d", prefix, i))
+	}
+	var v1s []*v1Client
+	for i := range loadV1 {
+		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i)})
+	}
+	var ss []*sClient
+	for i := range loadSessions {
+		ss = append(ss, &sClient{id: loadV1 + i, name: fmt.Sprintf("s%d", i)})
+	}
+	return lr, v1s, ss
+}
+
 // TestCrashRestartUnderLoad runs 18 clients on 8 keys against the real
 // binary with DATA_PATH, v1 and sessions mixed (Lock, TryLock, Unlock,
 // hang-ups mid-queue, resets by key and by source, Cancel, session drops
@@ -508,41 +526,12 @@ type loadTally struct {
 // outcomes not learnt counting as applied or not, and the fencing tokens
 // of every cycle are above those of the cycles before.
 func TestCrashRestartUnderLoad(t *testing.T) {
-	n := 12
-	if v := os.Getenv("LC_LOAD_CYCLES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("LC_LOAD_CYCLES=%q: want a whole number of at least 1", v)
-		}
-	}
-	if *loadCycles > 0 {
-		n = *loadCycles
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("LC_CRASH_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("LC_CRASH_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
-	t.Logf("seed %d (LC_CRASH_SEED replays the choices), %d cycles", seed, n)
+	n, seed := cyclesAndSeed(t, "LC_LOAD_CYCLES", *loadCycles)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fp := failpointBinary(t)
 
 	dataPath := filepath.Join(t.TempDir(), "locks.wal")
-	lr := &loadRun{t: t, rec: history.NewRecorder()}
-	for i := range loadKeys {
-		lr.keys = append(lr.keys, fmt.Sprintf("load/%d", i))
-	}
-	var v1s []*v1Client
-	for i := range loadV1 {
-		v1s = append(v1s, &v1Client{id: i, name: fmt.Sprintf("v%d", i)})
-	}
-	var ss []*sClient
-	for i := range loadSessions {
-		ss = append(ss, &sClient{id: loadV1 + i, name: fmt.Sprintf("s%d", i)})
-	}
+	lr, v1s, ss := newLoadRun(t, "load", "")
 	settler := loadV1 + loadSessions // the client number of the checks after a restart
 	defer func() {
 		for _, w := range ss {

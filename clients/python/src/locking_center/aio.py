@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from types import TracebackType
-from typing import Any, Coroutine, Generator, Optional, Type
+from typing import Optional, Type
 
 from . import _protocol as proto
+from ._holding import AwaitableHold
 from ._protocol import Action, Text
 from .client import _HANG_UP_GRACE, _ClientBase
 from .errors import (
@@ -68,7 +69,7 @@ class AsyncHeldLock:
         return "AsyncHeldLock(key=%r, held=%r)" % (self.key, self._held)
 
 
-class _Acquire(Coroutine[Any, Any, AsyncHeldLock]):
+class _Acquire(AwaitableHold[AsyncHeldLock]):
     """What ``AsyncClient.lock`` returns: a coroutine that is also an async context manager.
 
     ``await client.lock(k)`` (or ``asyncio.create_task(client.lock(k))``)
@@ -76,36 +77,7 @@ class _Acquire(Coroutine[Any, Any, AsyncHeldLock]):
     the key for the block.
     """
 
-    __slots__ = ("_coro", "_held")
-
-    def __init__(self, coro: Coroutine[Any, Any, AsyncHeldLock]) -> None:
-        self._coro = coro
-        self._held: Optional[AsyncHeldLock] = None
-
-    def send(self, value: Any) -> Any:
-        return self._coro.send(value)
-
-    def throw(self, *args: Any) -> Any:
-        return self._coro.throw(*args)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, AsyncHeldLock]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> AsyncHeldLock:
-        self._held = await self._coro
-        return self._held
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        assert self._held is not None
-        await self._held.__aexit__(exc_type, exc, tb)
+    __slots__ = ()
 
 
 class AsyncClient(_ClientBase):

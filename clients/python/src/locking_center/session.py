@@ -40,9 +40,10 @@ import random
 import socket
 import time
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Dict, Generator, List, NamedTuple, Optional, Type, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Type, Union
 
 from . import _protocol as proto
+from ._holding import AwaitableHold
 from ._protocol import Address, SessionAction as A, SessionAnswer, Text
 from .errors import (
     DisconnectedError,
@@ -200,41 +201,12 @@ class AsyncGrant:
         return "AsyncGrant(key=%r, token=%d, held=%r)" % (self.key, self.token, self.held)
 
 
-class _GrantRequest(Coroutine[Any, Any, AsyncGrant]):
+class _GrantRequest(AwaitableHold[AsyncGrant]):
     """What :meth:`AsyncSession.lock` returns: a coroutine that is also an
     async context manager (``await`` it for the grant, or ``async with`` it
     to hold the key for the block)."""
 
-    __slots__ = ("_coro", "_grant")
-
-    def __init__(self, coro: Coroutine[Any, Any, AsyncGrant]) -> None:
-        self._coro = coro
-        self._grant: Optional[AsyncGrant] = None
-
-    def send(self, value: Any) -> Any:
-        return self._coro.send(value)
-
-    def throw(self, *args: Any) -> Any:
-        return self._coro.throw(*args)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, AsyncGrant]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> AsyncGrant:
-        self._grant = await self._coro
-        return await self._grant.__aenter__()
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        assert self._grant is not None
-        await self._grant.__aexit__(exc_type, exc, tb)
+    __slots__ = ()
 
 
 class AsyncSession:

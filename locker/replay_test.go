@@ -1,0 +1,218 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestTableIsAFunctionOfItsJournal drives a journaled table with every
+// kind of change at once — v1 and session lockers that give up, TryLocks,
+// releases by token and v1 Unlocks of whoever holds, resets by key and by
+// source, sessions that close, end from outside or stay open — and then
+// folds the journal's batches, in the order the journal got them, into a
+// table of its own. The journal must read as a history that could have
+// happened (no grant of a key already held, no release of a grant that is
+// not the key's current one, tokens growing per key and never given twice),
+// and folding it must give exactly the table's holders: key, token, holder,
+// session and since. That is what lets the same batches rebuild the table
+// after a restart, or on another machine.
+func TestTableIsAFunctionOfItsJournal(t *testing.T) {
+	j := &recordingJournal{}
+	tb := New(Options{Journal: j})
+	const keys = 5
+	key := func(r *rand.Rand) string { return fmt.Sprint("key", r.IntN(keys)) }
+	iters := 300
+	if raceEnabled {
+		iters = 120
+	}
+	var sessionsMu sync.Mutex // guards ended
+	ended := make(map[SessionID]bool)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 11))
+			source := fmt.Sprint("w", g)
+			var l *Link
+			if g%2 == 0 {
+				var err error
+				if l, err = tb.OpenSession(source, "r", time.Minute, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			for range iters {
+				switch op := r.IntN(20); {
+				case op == 0:
+					if _, err := tb.ResetByKey(key(r)); err != nil {
+						t.Error(err)
+						return
+					}
+				case op == 1:
+					if _, err := tb.ResetBySource(fmt.Sprint("w", r.IntN(8))); err != nil {
+						t.Error(err)
+						return
+					}
+				case op == 2:
+					if _, err := tb.Unlock(key(r)); err != nil && !errors.Is(err, ErrNotHeld) {
+						t.Error(err) // v1's Unlock: whoever holds the key
+						return
+					}
+				case l != nil && op == 3:
+					if _, err := l.TryLock(key(r)); err != nil && !errors.Is(err, ErrLocked) {
+						t.Error(err)
+						return
+					}
+				case l != nil:
+					k := key(r)
+					got := make(chan struct{})
+					var token uint64
+					var lockErr error
+					p, err := l.Lock(k, func(tok uint64, err error) { token, lockErr = tok, err; close(got) })
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					give := time.AfterFunc(time.Duration(r.IntN(300))*time.Microsecond, func() { p.Cancel() })
+					<-got
+					give.Stop()
+					if lockErr != nil {
+						continue
+					}
+					switch r.IntN(3) {
+					case 0:
+						_, err = l.Unlock(k, token)
+					case 1:
+						_, err = l.Unlock(k, 0)
+					} // else the session keeps the hold, for its end or a reset
+					if err != nil && !errors.Is(err, ErrNotHeld) {
+						t.Error(err)
+						return
+					}
+				case op == 3:
+					if _, err := tb.TryLock(key(r), holder(source)); err != nil && !errors.Is(err, ErrLocked) {
+						t.Error(err)
+						return
+					}
+				default:
+					k := key(r)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(300))*time.Microsecond)
+					token, err := tb.Lock(ctx, k, holder(source))
+					cancel()
+					if err != nil {
+						continue
+					}
+					if r.IntN(4) > 0 { // else held until a reset or a v1 Unlock
+						if err := tb.Release(k, token); err != nil && !errors.Is(err, ErrNotHeld) {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}
+			if l == nil {
+				return
+			}
+			switch g % 3 {
+			case 0:
+				if _, err := l.Close(); err != nil {
+					t.Error(err)
+				}
+			case 1:
+				if _, err := tb.EndSession(l.ID()); err != nil {
+					t.Error(err)
+				}
+			default:
+				return // stays open, holding what it holds
+			}
+			sessionsMu.Lock()
+			ended[l.ID()] = true
+			sessionsMu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// Holds of each kind at the end, whatever the churn left: a v1 hold, a
+	// session's, and one a session got by a handover.
+	mustLock(t, tb, "end-v1", "v")
+	l, _ := open(t, tb, "end", time.Minute)
+	sessionLock(t, l, "end-session")
+	first := mustLock(t, tb, "end-handover", "v")
+	o := newOutcome()
+	if _, err := l.Lock("end-handover", o.done); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Release("end-handover", first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.wait(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Fold the journal.
+	held := make(map[string]Change)
+	lastToken := make(map[string]uint64)
+	given := make(map[uint64]string)
+	grants, releases := 0, 0
+	batches := j.take()
+	for i, batch := range batches {
+		for _, c := range batch {
+			cur, isHeld := held[c.Key]
+			if !c.Grant {
+				releases++
+				switch {
+				case !isHeld:
+					t.Fatalf("batch %d releases %q (token %d), which is not held", i, c.Key, c.Token)
+				case c.Token != 0 && c.Token != cur.Token:
+					t.Fatalf("batch %d releases %q under token %d; its grant is %d", i, c.Key, c.Token, cur.Token)
+				}
+				delete(held, c.Key)
+				continue
+			}
+			grants++
+			if isHeld {
+				t.Fatalf("batch %d grants %q (token %d) while token %d holds it", i, c.Key, c.Token, cur.Token)
+			}
+			if c.Token <= lastToken[c.Key] {
+				t.Fatalf("batch %d grants %q token %d after %d", i, c.Key, c.Token, lastToken[c.Key])
+			}
+			if k, dup := given[c.Token]; dup {
+				t.Fatalf("token %d given to %q and to %q", c.Token, k, c.Key)
+			}
+			lastToken[c.Key], given[c.Token] = c.Token, c.Key
+			held[c.Key] = c
+		}
+	}
+	if grants < 100 || releases < 50 || len(held) < 3 {
+		t.Fatalf("the journal has only %d grants and %d releases, %d keys held at its end", grants, releases, len(held))
+	}
+
+	// The table holds exactly what the journal says.
+	live := 0
+	tb.Each(func(ki KeyInfo) bool {
+		live++
+		c, ok := held[ki.Key]
+		switch {
+		case !ok:
+			t.Errorf("%q is held (token %d) but the journal ends with it free", ki.Key, ki.Token)
+		case c.Token != ki.Token || c.Holder != ki.Holder || !c.Since.Equal(ki.Since):
+			t.Errorf("%q: table %d %+v since %v; journal %d %+v since %v", ki.Key, ki.Token, ki.Holder, ki.Since, c.Token, c.Holder, c.Since)
+		case ended[ki.Holder.Session]:
+			t.Errorf("%q is held by session %v, which ended", ki.Key, ki.Holder.Session)
+		}
+		if ki.Waiters != 0 {
+			t.Errorf("%q has %d waiters after every locker left", ki.Key, ki.Waiters)
+		}
+		return true
+	})
+	if live != len(held) {
+		t.Errorf("the table holds %d keys, the journal %d", live, len(held))
+	}
+	t.Logf("%d batches folded: %d grants, %d releases; %d keys held at the end", len(batches), grants, releases, len(held))
+}

@@ -30,7 +30,7 @@ func TestTableIsAFunctionOfItsJournal(t *testing.T) {
 }
 
 // refusingJournal records batches as recordingJournal does, but refuses
-// one in every (at random; never when every is 0 or off is set).
+// each with a chance of one in every (never when every is 0 or off is set).
 type refusingJournal struct {
 	recordingJournal
 	every   int

@@ -14,7 +14,8 @@ import (
 // TestTableIsAFunctionOfItsJournal drives a journaled table with every
 // kind of change at once — v1 and session lockers that give up, TryLocks,
 // releases by token and v1 Unlocks of whoever holds, resets by key and by
-// source, sessions that close, end from outside or stay open — and then
+// source, sessions that close, are ended from outside, expire or stay
+// open — and then
 // folds the journal's batches, in the order the journal got them, into a
 // table of its own. The journal must read as a history that could have
 // happened (no grant of a key already held, no release of a grant that is
@@ -48,7 +49,8 @@ func (j *refusingJournal) Commit(b []Change) error {
 
 func churnAndFold(t *testing.T, refuseEvery int) {
 	j := &refusingJournal{every: refuseEvery}
-	tb := New(Options{Journal: j})
+	c := newClock()
+	tb := New(Options{Journal: j, Now: c.now})
 	// tolerable are the errors an operation may meet: refusals by the
 	// journal too when it refuses some batches.
 	tolerable := func(err error, also ...error) bool {
@@ -201,6 +203,16 @@ func churnAndFold(t *testing.T, refuseEvery int) {
 	if _, err := o.wait(t); err != nil {
 		t.Fatal(err)
 	}
+	// And a session that falls silent past its TTL: its expiry's releases
+	// are journaled like any other end's.
+	silent, _ := open(t, tb, "silent", 5*time.Second)
+	sessionLock(t, silent, "end-expired")
+	sessionLock(t, silent, "end-expired-too")
+	c.advance(6 * time.Second)
+	if n := tb.ExpireSessions(); n != 1 {
+		t.Fatalf("ExpireSessions ended %d sessions, want the silent one", n)
+	}
+	ended[silent.ID()] = true
 
 	// Fold the journal.
 	held := make(map[string]Change)
@@ -234,6 +246,11 @@ func churnAndFold(t *testing.T, refuseEvery int) {
 			}
 			lastToken[c.Key], given[c.Token] = c.Token, c.Key
 			held[c.Key] = c
+		}
+	}
+	for _, k := range []string{"end-expired", "end-expired-too"} {
+		if c, ok := held[k]; ok {
+			t.Fatalf("the journal ends with %q held by %v, whose session expired", k, c.Holder.Session)
 		}
 	}
 	if refuseEvery > 0 && j.refused.Load() < 10 {

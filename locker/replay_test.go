@@ -14,10 +14,9 @@ import (
 // TestTableIsAFunctionOfItsJournal drives a journaled table with every
 // kind of change at once — v1 and session lockers that give up, TryLocks,
 // releases by token and v1 Unlocks of whoever holds, resets by key and by
-// source, sessions that close, are ended from outside, expire or stay
-// open — and then
-// folds the journal's batches, in the order the journal got them, into a
-// table of its own. The journal must read as a history that could have
+// source, sessions that close, are ended from outside, expire or stay open
+// — and then folds the journal's batches, in the order the journal got
+// them, into a table of its own. The journal must read as a history that could have
 // happened (no grant of a key already held, no release of a grant that is
 // not the key's current one, tokens growing per key and never given twice),
 // and folding it must give exactly the table's holders: key, token, holder,

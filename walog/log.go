@@ -134,7 +134,7 @@ type request struct {
 	rec     []byte // encoded records
 	records int    // how many records rec holds
 	ops     []op
-	done    chan error
+	done    chan error // its outcome, when the writer goroutine writes it (nil for a lone locker writing its own)
 }
 
 type compactResult struct {
@@ -577,7 +577,6 @@ func (l *Log) submit(r *request) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	r.done = make(chan error, 1)
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
@@ -590,7 +589,8 @@ func (l *Log) submit(r *request) error {
 	// Lock+Unlock here (see the README's Performance section). Under
 	// concurrency the writer goroutine batches as before. l.mu stays held
 	// for reading, so Close waits for this batch; the queue cannot close
-	// meanwhile, so drain never reports it closed here.
+	// meanwhile, so drain never reports it closed here. The caller's own
+	// outcome is returned, not sent to it through a channel.
 	if l.direct && l.lone.Load() && len(l.queue) == 0 && l.writing.TryLock() {
 		batch := []*request{r}
 		l.drain(&batch)
@@ -599,9 +599,10 @@ func (l *Log) submit(r *request) error {
 		l.maybeCompact()
 		l.writing.Unlock()
 		l.mu.RUnlock()
-		answer(batch, err)
-		return <-r.done
+		answer(batch[1:], err)
+		return err
 	}
+	r.done = make(chan error, 1)
 	l.queue <- r
 	l.mu.RUnlock()
 	return <-r.done
@@ -675,15 +676,16 @@ func (l *Log) run() {
 				open = l.gather(&batch, l.prev, linger)
 			}
 			err := l.commit(batch)
-			if !open {
+			if open {
+				l.maybeCompact()
+			} else {
 				l.shutdown()
-				l.writing.Unlock()
-				answer(batch, err)
-				return
 			}
-			l.maybeCompact()
 			l.writing.Unlock()
 			answer(batch, err)
+			if !open {
+				return
+			}
 			clear(batch) // let the requests go
 			// The callers just answered are runnable on the writer's
 			// processor. Step aside so they send their '+' now: the next

@@ -373,14 +373,6 @@ type counts struct {
 	resumed, expired, compactions int
 }
 
-// TestCrashRestart kills the server with SIGKILL at random moments under
-// concurrent v1 and session clients and restarts it. After every restart
-// each key acknowledged and not released is held, by the same holder; a
-// resumed session keeps its holds under their tokens, a session left alone
-// loses them at its expiry, one TTL after the start; each key released is
-// free. Over the whole run no key was ever granted to two holders at once,
-// and the fencing tokens of every key only grew, over every restart and
-// compaction.
 // cyclesAndSeed returns a crash test's number of cycles (its flag if set,
 // else the environment variable env, else 12) and its random seed
 // (LC_CRASH_SEED, else the clock), and logs both.
@@ -408,6 +400,14 @@ func cyclesAndSeed(t *testing.T, env string, flagged int) (int, uint64) {
 	return n, seed
 }
 
+// TestCrashRestart kills the server with SIGKILL at random moments under
+// concurrent v1 and session clients and restarts it. After every restart
+// each key acknowledged and not released is held, by the same holder; a
+// resumed session keeps its holds under their tokens, a session left alone
+// loses them at its expiry, one TTL after the start; each key released is
+// free. Over the whole run no key was ever granted to two holders at once,
+// and the fencing tokens of every key only grew, over every restart and
+// compaction.
 func TestCrashRestart(t *testing.T) {
 	n, seed := cyclesAndSeed(t, "LC_CRASH_CYCLES", *cycles)
 	rng := rand.New(rand.NewPCG(seed, 0))

@@ -7,7 +7,9 @@
 // released at expiry (see crash_test.go). TestCrashRestartUnderLoad
 // (load_test.go) runs 18 clients on 8 keys against the failpoint build,
 // kills it at each named crash point and checks every cycle's history with
-// package history (porcupine). TestWaiterDisconnectRaces (hostile_test.go)
+// package history (porcupine); besides the load, one key is held across
+// every kill by a grant known to the test, so a restart that loses holds is
+// caught in the cycle it happens. TestWaiterDisconnectRaces (hostile_test.go)
 // races 10,000 waiter departures against the release over real sockets.
 // A short run is the default;
 // -crash-cycles=N (or LC_CRASH_CYCLES=N) and -load-cycles=N (LC_LOAD_CYCLES)

@@ -225,8 +225,11 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	if err := journal.Close(); err != nil {
 		logger.Warn("write-ahead log close", "err", err)
 	}
+	if serveErr != nil {
+		return serveErr // main logs it as the reason the server stopped
+	}
 	logger.Info("stopped")
-	return serveErr
+	return nil
 }
 
 // logStats reads the log's counters for the web layer (zero before the

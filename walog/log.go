@@ -187,6 +187,11 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		l.floor = DefaultCompactFloor
 	}
 
+	// A folder given for the log (as etcd and PostgreSQL take a data
+	// folder) is refused before the lock file is made beside it.
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("walog: %s is a folder; the log is a file, for instance %s", path, filepath.Join(path, "locks.wal"))
+	}
 	lock, err := lockFile(path + ".lock")
 	if err != nil {
 		return nil, err

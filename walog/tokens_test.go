@@ -456,3 +456,28 @@ func TestJournalRefusesBeforeOpen(t *testing.T) {
 		t.Fatal("a nil Journal (no log) must be healthy and have no log")
 	}
 }
+
+// TestFolderIsRefused: a folder given as the log's path is refused with a
+// message that says the log is a file, and nothing is made beside it.
+func TestFolderIsRefused(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(dir, Options{Logger: quiet()}, func(string, *Holder) error { return nil })
+	if err == nil {
+		l.Close()
+		t.Fatal("Open of a folder succeeded")
+	}
+	if want := filepath.Join(dir, "locks.wal"); !strings.Contains(err.Error(), "is a folder") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open of a folder: %v, want it to say the log is a file, such as %s", err, want)
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("the refused Open left %d entries beside the folder, want only the folder", len(entries))
+	}
+}

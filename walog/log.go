@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,9 +189,17 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 	}
 
 	// A folder given for the log (as etcd and PostgreSQL take a data
-	// folder) is refused before the lock file is made beside it.
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+	// folder) is refused before the lock file is made beside it, and a
+	// missing folder is named as such rather than through the lock file.
+	// The folder is not made here: a mistyped path would then start with
+	// an empty table instead of the log it meant.
+	if fi, err := os.Stat(path); strings.HasSuffix(path, string(filepath.Separator)) || err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("walog: %s is a folder; the log is a file, for instance %s", path, filepath.Join(path, "locks.wal"))
+	}
+	if fi, err := os.Stat(l.dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("walog: the log's folder %s does not exist; make it first", l.dir)
+	} else if err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("walog: the log's folder %s is not a folder", l.dir)
 	}
 	lock, err := lockFile(path + ".lock")
 	if err != nil {

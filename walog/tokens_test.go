@@ -457,27 +457,42 @@ func TestJournalRefusesBeforeOpen(t *testing.T) {
 	}
 }
 
-// TestFolderIsRefused: a folder given as the log's path is refused with a
-// message that says the log is a file, and nothing is made beside it.
-func TestFolderIsRefused(t *testing.T) {
+// TestPathThatIsNoFileIsRefused: a folder given as the log's path (with
+// or without a trailing slash), a folder that does not exist and a "folder"
+// that is a file are each refused with a message saying which, and nothing
+// is made anywhere.
+func TestPathThatIsNoFileIsRefused(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "data")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(dir, Options{Logger: quiet()}, func(string, *Holder) error { return nil })
-	if err == nil {
-		l.Close()
-		t.Fatal("Open of a folder succeeded")
-	}
-	if want := filepath.Join(dir, "locks.wal"); !strings.Contains(err.Error(), "is a folder") || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Open of a folder: %v, want it to say the log is a file, such as %s", err, want)
-	}
-	entries, err := os.ReadDir(parent)
-	if err != nil {
+	file := filepath.Join(parent, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 {
-		t.Fatalf("the refused Open left %d entries beside the folder, want only the folder", len(entries))
+	for _, c := range []struct{ path, want string }{
+		{dir, "is a folder; the log is a file, for instance " + filepath.Join(dir, "locks.wal")},
+		{filepath.Join(parent, "new") + "/", "is a folder"},
+		{filepath.Join(parent, "missing", "locks.wal"), "folder " + filepath.Join(parent, "missing") + " does not exist"},
+		{filepath.Join(file, "locks.wal"), "folder " + file + " is not a folder"},
+	} {
+		l, err := Open(c.path, Options{Logger: quiet()}, func(string, *Holder) error { return nil })
+		if err == nil {
+			l.Close()
+			t.Fatalf("Open(%s) succeeded", c.path)
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%s): %v, want it to say %q", c.path, err, c.want)
+		}
+	}
+	for _, d := range []string{parent, dir} {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{parent: 2, dir: 0}[d]; len(entries) != want {
+			t.Errorf("the refused Opens left %d entries in %s, want %d", len(entries), d, want)
+		}
 	}
 }

@@ -694,12 +694,9 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 		return false
 	}
 	if lr.keptHeld {
-		h := lr.rec.Call(history.Op{Client: settler, Kind: history.Unlock, Key: lr.kept, Who: "checker"})
-		a, err := v1Ask(lr.addr, wire.Frame{Action: wire.Unlock, Key: lr.kept, Source: "checker"}, 0)
-		if err != nil {
+		if _, err := checkerAsk(lr, settler, history.Unlock, wire.Frame{Action: wire.Unlock, Key: lr.kept, Source: "checker"}); err != nil {
 			return gone("checker unlock of the kept key", err)
 		}
-		lr.rec.Return(h, outcomeOf(a), 0)
 		lr.keptHeld = false
 	}
 	for _, w := range v1s {
@@ -725,20 +722,26 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 		}
 	}
 	for _, k := range lr.keys {
-		h := lr.rec.Call(history.Op{Client: settler, Kind: history.TryLock, Key: k, Who: "checker"})
-		a, err := v1Ask(lr.addr, wire.Frame{Action: wire.TryLock, Key: k, Source: "checker"}, 0)
-		if err != nil {
+		if _, err := checkerAsk(lr, settler, history.TryLock, wire.Frame{Action: wire.TryLock, Key: k, Source: "checker"}); err != nil {
 			return gone("checker trylock", err)
 		}
-		lr.rec.Return(h, outcomeOf(a), 0)
-		h = lr.rec.Call(history.Op{Client: settler, Kind: history.ResetKey, Key: k, Who: "checker"})
-		a, err = v1Ask(lr.addr, wire.Frame{Action: wire.ResetByKey, Key: k}, 0)
-		if err != nil {
+		if _, err := checkerAsk(lr, settler, history.ResetKey, wire.Frame{Action: wire.ResetByKey, Key: k}); err != nil {
 			return gone("checker reset", err)
 		}
-		lr.rec.Return(h, outcomeOf(a), 0)
 	}
 	return true
+}
+
+// checkerAsk sends f for the checker (client settler) and records it in
+// the history as a kind on f's key. A request the server died on is left
+// open: it is settled once the server is found dead.
+func checkerAsk(lr *loadRun, settler int, kind history.Kind, f wire.Frame) (byte, error) {
+	h := lr.rec.Call(history.Op{Client: settler, Kind: kind, Key: f.Key, Who: "checker"})
+	a, err := v1Ask(lr.addr, f, 0)
+	if err == nil {
+		lr.rec.Return(h, outcomeOf(a), 0)
+	}
+	return a, err
 }
 
 // takeKept has the checker try-lock the kept key after a boundary and hold
@@ -747,16 +750,11 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 // all the same (a v1 Unlock of a free key answers '-', which the history
 // allows when the TryLock may not have been applied).
 func takeKept(lr *loadRun, settler int) {
-	h := lr.rec.Call(history.Op{Client: settler, Kind: history.TryLock, Key: lr.kept, Who: "checker"})
-	a, err := v1Ask(lr.addr, wire.Frame{Action: wire.TryLock, Key: lr.kept, Source: "checker"}, 0)
-	if err != nil {
-		lr.keptHeld = true // left open: settled when the server is found dead
-		return
-	}
-	// '#' would be a violation (the key is free after a boundary): the
-	// history check of the cycle reports it, with the rest of the cycle.
-	lr.rec.Return(h, outcomeOf(a), 0)
-	lr.keptHeld = a == wire.AnswerOK
+	a, err := checkerAsk(lr, settler, history.TryLock, wire.Frame{Action: wire.TryLock, Key: lr.kept, Source: "checker"})
+	// Its outcome unknown, the checker may hold the key. A '#' would be a
+	// violation (the key is free after a boundary): the history check of
+	// the cycle reports it, with the rest of the cycle.
+	lr.keptHeld = err != nil || a == wire.AnswerOK
 }
 
 // startArmed starts the failpoint build with env. A crash point reached

@@ -100,6 +100,7 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error names the file, the byte offset and what is wrong there.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("walog: %s: corrupt at byte offset %d: %s", e.Path, e.Offset, e.Reason)
 }

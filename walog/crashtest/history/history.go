@@ -45,6 +45,7 @@ const (
 	Absent                      // a refused resume: the session Who holds nothing
 )
 
+// String names the kind in a history's printout.
 func (k Kind) String() string {
 	switch k {
 	case Lock:
@@ -76,6 +77,7 @@ const (
 	Busy                   // '#' (TryLock only)
 )
 
+// String is the answer's byte as the client saw it; "?" when unknown.
 func (o Outcome) String() string {
 	switch o {
 	case OK:

@@ -486,13 +486,16 @@ func TestPathThatIsNoFileIsRefused(t *testing.T) {
 			t.Errorf("Open(%s): %v, want it to say %q", c.path, err, c.want)
 		}
 	}
-	for _, d := range []string{parent, dir} {
-		entries, err := os.ReadDir(d)
+	for _, f := range []struct {
+		dir  string
+		want int // entries: parent holds only data and file
+	}{{parent, 2}, {dir, 0}} {
+		entries, err := os.ReadDir(f.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := map[string]int{parent: 2, dir: 0}[d]; len(entries) != want {
-			t.Errorf("the refused Opens left %d entries in %s, want %d", len(entries), d, want)
+		if len(entries) != f.want {
+			t.Errorf("the refused Opens left %d entries in %s, want %d", len(entries), f.dir, f.want)
 		}
 	}
 }

@@ -93,7 +93,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 
 	metrics := web.NewMetrics(web.MetricsOptions{WAL: cfg.DataPath != ""})
 	topts := locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold,
-		MaxSessions: cfg.MaxConnections}
+		MaxSessions: cfg.MaxConnections, MaxSessionsPerPeer: cfg.MaxConnectionsPerPeer}
 	// With DATA_PATH the table gets its journal now; the log behind it is
 	// opened (and replayed into the table) once the web port serves, so
 	// /healthz answers during a long replay and /readyz waits for it.

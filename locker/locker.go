@@ -90,6 +90,11 @@ type Options struct {
 	// MaxSessions bounds the sessions (connected or not); 0 means 10000.
 	// Opening one more is refused with ErrTooManySessions.
 	MaxSessions int
+	// MaxSessionsPerPeer bounds the sessions opened from one address (the
+	// host of the open's remote address), connected or not; 0 means no
+	// bound of its own. Opening one more from it is refused with
+	// ErrTooManyFromPeer; a resume is never refused by it.
+	MaxSessionsPerPeer int
 	// OnGrant, if set, is called for every grant that takes effect with the
 	// time the holder waited for it. It must be fast and must not call the
 	// Table.
@@ -189,7 +194,7 @@ func New(opts Options) *Table {
 		t.shards[i].keys = make(map[string]*entry)
 	}
 	t.lastToken.Store(max(opts.TokenFloor, uint64(t.now().UnixMicro())-1))
-	t.sessions.init(opts.MaxSessions)
+	t.sessions.init(opts.MaxSessions, opts.MaxSessionsPerPeer)
 	return t
 }
 

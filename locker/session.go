@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +21,9 @@ var (
 	ErrUnknownSession = errors.New("unknown or expired session")
 	// ErrTooManySessions is returned by OpenSession at Options.MaxSessions.
 	ErrTooManySessions = errors.New("too many sessions")
+	// ErrTooManyFromPeer is returned by OpenSession when the sessions
+	// opened from the open's address reach Options.MaxSessionsPerPeer.
+	ErrTooManyFromPeer = errors.New("too many sessions from this address")
 )
 
 // SessionID names a session: 64 random bits, never 0 (0 means "no session").
@@ -49,18 +54,42 @@ func ParseSessionID(s string) (SessionID, error) {
 
 // sessionTable is the table's set of sessions.
 type sessionTable struct {
-	mu      sync.Mutex // guards m; taken alone, never with an entry's or a session's mutex
-	m       map[SessionID]*session
+	mu sync.Mutex // guards m and byPeer; taken alone, never with an entry's or a session's mutex
+	m  map[SessionID]*session
+	// byPeer counts the sessions in m by the address they were opened
+	// from, so that one address cannot fill the table.
+	byPeer  map[string]int
 	max     int
+	perPeer int // 0: no bound of its own
 	expired atomic.Uint64
 }
 
-func (st *sessionTable) init(maxSessions int) {
+func (st *sessionTable) init(maxSessions, perPeer int) {
 	if maxSessions <= 0 {
 		maxSessions = 10000
 	}
 	st.max = maxSessions
+	st.perPeer = max(perPeer, 0)
 	st.m = make(map[SessionID]*session)
+	st.byPeer = make(map[string]int)
+}
+
+// add puts s in the table. st.mu must be held.
+func (st *sessionTable) add(s *session) {
+	st.m[s.id] = s
+	st.byPeer[s.peer]++
+}
+
+// peerOf is the address part of a remote "host:port": sessions are
+// counted by the address they were opened from, whatever their port.
+func peerOf(remote string) string {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap().String()
+	}
+	if i := strings.LastIndexByte(remote, ':'); i > 0 {
+		return remote[:i]
+	}
+	return remote
 }
 
 func (st *sessionTable) count() int {
@@ -79,6 +108,9 @@ func (st *sessionTable) remove(s *session) {
 	st.mu.Lock()
 	if st.m[s.id] == s {
 		delete(st.m, s.id)
+		if st.byPeer[s.peer]--; st.byPeer[s.peer] <= 0 {
+			delete(st.byPeer, s.peer)
+		}
 	}
 	st.mu.Unlock()
 }
@@ -90,9 +122,15 @@ type session struct {
 	id     SessionID
 	ttl    time.Duration
 	source string
+	// peer is the address the session was opened from (counted against
+	// Options.MaxSessionsPerPeer); a resume from elsewhere does not move it.
+	peer string
 	// last is when the last whole frame arrived, in Unix nanoseconds; the
 	// session expires ttl after it.
 	last atomic.Int64
+	// stalled is set while the server holds the session's connection back
+	// (its answers are not being taken): its TTL does not run meanwhile.
+	stalled atomic.Bool
 
 	// mu guards the fields below. It is a leaf: taken under an entry's
 	// mutex, never the other way round.
@@ -106,10 +144,14 @@ type session struct {
 	// inflight counts grants being recorded for the session: end waits
 	// for them so that no hold lands after it took its inventory.
 	inflight int
+	// stalls counts the Stalls not yet undone; stallSince is when the
+	// first began (Unix ns).
+	stalls     int
+	stallSince int64
 }
 
 func newSession(t *Table, id SessionID, source, remote string, ttl time.Duration) *session {
-	s := &session{t: t, id: id, ttl: ttl, source: source, remote: remote,
+	s := &session{t: t, id: id, ttl: ttl, source: source, remote: remote, peer: peerOf(remote),
 		holds: make(map[string]uint64), waiters: make(map[*waiter]struct{})}
 	s.idle.L = &s.mu
 	s.last.Store(t.now().UnixNano())
@@ -136,6 +178,10 @@ func (t *Table) OpenSession(source, remote string, ttl time.Duration, closer fun
 	if len(st.m) >= st.max {
 		return nil, fmt.Errorf("%w (%d open)", ErrTooManySessions, len(st.m))
 	}
+	peer := peerOf(remote)
+	if n := st.byPeer[peer]; st.perPeer > 0 && n >= st.perPeer {
+		return nil, fmt.Errorf("%w (%s has %d open)", ErrTooManyFromPeer, peer, n)
+	}
 	var id SessionID
 	for id == 0 || st.m[id] != nil {
 		var b [8]byte
@@ -147,7 +193,7 @@ func (t *Table) OpenSession(source, remote string, ttl time.Duration, closer fun
 	s := newSession(t, id, source, remote, ttl)
 	l := &Link{s: s, remote: remote, closer: closer}
 	s.link = l
-	st.m[id] = s
+	st.add(s)
 	return l, nil
 }
 
@@ -224,6 +270,38 @@ func (l *Link) TTL() time.Duration { return l.s.ttl }
 
 // Touch records that a whole frame arrived: the TTL counts from now.
 func (l *Link) Touch() { l.s.last.Store(l.s.t.now().UnixNano()) }
+
+// Stall tells the session that the server has stopped reading its
+// connection (its answers are not being taken): its TTL does not run until
+// the matching Unstall, which takes the stalled time off what has elapsed.
+// Stalls nest.
+func (l *Link) Stall() {
+	s := l.s
+	s.mu.Lock()
+	if s.stalls == 0 {
+		s.stallSince = s.t.now().UnixNano()
+		s.stalled.Store(true)
+	}
+	s.stalls++
+	s.mu.Unlock()
+}
+
+// Unstall undoes one Stall.
+func (l *Link) Unstall() {
+	s := l.s
+	s.mu.Lock()
+	s.stalls--
+	if s.stalls == 0 {
+		// The stalled time does not count against the TTL, unless a frame
+		// arrived meanwhile and the TTL counts from it anyway.
+		if last := s.last.Load(); last < s.stallSince {
+			// A Touch racing this one wins: it restarts the TTL anyway.
+			s.last.CompareAndSwap(last, last+s.t.now().UnixNano()-s.stallSince)
+		}
+		s.stalled.Store(false)
+	}
+	s.mu.Unlock()
+}
 
 func (l *Link) holder() Holder {
 	return Holder{Source: l.s.source, Remote: l.remote, Session: l.s.id}
@@ -342,7 +420,7 @@ func (t *Table) end(s *session, closeConn bool) (ResetResult, error) {
 }
 
 func (s *session) expiredAt(now time.Time) bool {
-	return now.UnixNano()-s.last.Load() >= int64(s.ttl)
+	return !s.stalled.Load() && now.UnixNano()-s.last.Load() >= int64(s.ttl)
 }
 
 // expire ends s because its TTL passed.
@@ -473,7 +551,7 @@ func (st *sessionTable) restore(t *Table, id SessionID, source, remote string, t
 	s := st.m[id]
 	if s == nil {
 		s = newSession(t, id, source, remote, ttl)
-		st.m[id] = s
+		st.add(s)
 	}
 	return s
 }

@@ -378,3 +378,55 @@ func (g *gatedJournal) Commit([]Change) error {
 	}
 	return nil
 }
+
+// TestStalledSessionDoesNotExpire holds a session's connection back past
+// its TTL: the TTL must not run while it is stalled, and must run again,
+// from where it stood, once it is not.
+func TestStalledSessionDoesNotExpire(t *testing.T) {
+	c := newClock()
+	tb := New(Options{Now: c.now})
+	a, _ := open(t, tb, "a", time.Second)
+	sessionLock(t, a, "k")
+	c.advance(600 * time.Millisecond)
+	a.Stall()
+	c.advance(5 * time.Second)
+	if n := tb.ExpireSessions(); n != 0 {
+		t.Fatalf("a stalled session expired (%d)", n)
+	}
+	a.Unstall()
+	c.advance(300 * time.Millisecond)
+	if n := tb.ExpireSessions(); n != 0 {
+		t.Fatal("the stalled time counted against the TTL")
+	}
+	c.advance(100 * time.Millisecond)
+	if n := tb.ExpireSessions(); n != 1 {
+		t.Fatalf("the TTL did not run again after the stall (%d expired)", n)
+	}
+	assertEmpty(t, tb)
+}
+
+func TestMaxSessionsPerPeer(t *testing.T) {
+	tb := New(Options{MaxSessionsPerPeer: 2})
+	a, err := tb.OpenSession("a", "10.0.0.1:1000", time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.OpenSession("b", "10.0.0.1:1001", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.OpenSession("c", "10.0.0.1:1002", time.Minute, nil); !errors.Is(err, ErrTooManyFromPeer) {
+		t.Fatalf("third session from one address = %v", err)
+	}
+	if _, err := tb.OpenSession("d", "[::1]:1002", time.Minute, nil); err != nil {
+		t.Fatalf("a session from another address = %v", err)
+	}
+	if _, err := tb.ResumeSession(a.ID(), "10.0.0.1:1003", nil); err != nil {
+		t.Fatalf("resume from a full address = %v", err)
+	}
+	if _, err := tb.EndSession(a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.OpenSession("e", "10.0.0.1:1004", time.Minute, nil); err != nil {
+		t.Fatalf("after one ended, a session from that address = %v", err)
+	}
+}

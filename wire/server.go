@@ -2,6 +2,8 @@ package wire
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -92,8 +94,11 @@ type Server struct {
 	// (kept only with MaxConnectionsPerPeer > 0).
 	peerMu sync.Mutex
 	byPeer map[netip.Addr]int
-	// refusedLog paces the refusal lines.
-	refusedLog logLimiter
+	// refusedLog paces the lines of refused connections, rejectedLog those
+	// of rejected requests and session opens: a flood of either costs a
+	// few lines a second.
+	refusedLog  logLimiter
+	rejectedLog logLimiter
 
 	mu        sync.Mutex // guards the fields below, which Shutdown walks
 	listeners map[net.Listener]struct{}
@@ -121,6 +126,7 @@ func (s *Server) init() {
 		s.ctx, s.stop = context.WithCancel(context.Background())
 		s.byPeer = make(map[netip.Addr]int)
 		s.refusedLog.interval = time.Second
+		s.rejectedLog.interval, s.rejectedLog.burst = time.Second, 10
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 	})
@@ -251,13 +257,15 @@ func peerAddr(a net.Addr) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// logLimiter lets one line through per interval and counts the ones it
-// held back, so that a flood of refusals costs a line a second, not a
-// line each.
+// logLimiter lets burst lines (at least one) through per interval and
+// counts the ones it held back, so that a flood of refusals costs a few
+// lines a second, not a line each.
 type logLimiter struct {
 	interval time.Duration
-	mu       sync.Mutex // guards last and held
-	last     time.Time
+	burst    int
+	mu       sync.Mutex // guards start, used and held
+	start    time.Time  // the current interval began
+	used     int        // lines let through in it
 	held     int
 }
 
@@ -266,12 +274,16 @@ type logLimiter struct {
 func (l *logLimiter) allow(now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
+	if l.start.IsZero() || now.Sub(l.start) >= l.interval {
+		l.start, l.used = now, 0
+	}
+	if l.used >= max(l.burst, 1) {
 		l.held++
 		return false, 0
 	}
+	l.used++
 	held := l.held
-	l.last, l.held = now, 0
+	l.held = 0
 	return true, held
 }
 
@@ -597,12 +609,32 @@ func (s *Server) failed(c net.Conn, f Frame, err error) byte {
 	return AnswerFail
 }
 
-// invalid answers '-' to a malformed request and logs one line.
+// invalid answers '-' to a malformed request and logs one line (at most
+// ten a second for all of them).
 func (s *Server) invalid(c net.Conn, a Action, reason error) {
-	s.Logger.Warn("request rejected", "peer", c.RemoteAddr().String(), "reason", reason.Error())
+	s.logRejected("request rejected", "peer", c.RemoteAddr().String(), "reason", reason.Error())
 	s.Observer.Request(a, ResultInvalid)
 	_ = c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
 	_, _ = c.Write([]byte{AnswerFail})
+}
+
+// logRejected logs a rejected request or session open, at most ten lines a
+// second, with the count of the lines held back since the last one: a
+// client that sends nothing but refusable frames must not fill the disk.
+func (s *Server) logRejected(msg string, args ...any) {
+	ok, held := s.rejectedLog.allow(time.Now())
+	if !ok {
+		return
+	}
+	s.Logger.Warn(msg, append(args, "held_back", held)...)
+}
+
+// authOK compares an auth token with AuthToken in constant time, whatever
+// their lengths: both are hashed to one length first, so neither the
+// token's bytes nor its length show in the time the answer takes.
+func (s *Server) authOK(given string) bool {
+	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(s.AuthToken))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 func resultOf(answer byte) string {

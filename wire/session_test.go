@@ -677,3 +677,15 @@ func TestWriteCountsWhatLeft(t *testing.T) {
 		t.Fatalf("the peer got %d bytes, the write reported %d (or other bytes)", len(got), n)
 	}
 }
+
+func TestAuthOK(t *testing.T) {
+	s := &Server{AuthToken: "secret-token"}
+	for _, tc := range []struct {
+		given string
+		ok    bool
+	}{{"secret-token", true}, {"secret-tokeN", false}, {"secret", false}, {"", false}, {"secret-token-longer", false}} {
+		if got := s.authOK(tc.given); got != tc.ok {
+			t.Errorf("authOK(%q) = %v, want %v", tc.given, got, tc.ok)
+		}
+	}
+}

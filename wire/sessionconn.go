@@ -2,7 +2,6 @@ package wire
 
 import (
 	"bufio"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -50,17 +49,22 @@ type sessionConn struct {
 
 	// mu guards every field below. Table callbacks take it under a key's
 	// mutex, so nothing here calls the Table while holding it.
-	mu       sync.Mutex
-	out      []byte     // answers not yet handed to a write
-	spare    []byte     // the other buffer of the pair
-	grants   []grantRef // '+' grants in out, by offset
-	pending  map[uint32]*pendingReq
-	writing  bool       // a goroutine is writing; it writes until out is empty
-	closing  bool       // close once out is written
-	dead     bool       // the connection is gone: nothing more is written
-	orphans  []grantRef // grants whose answer can no longer be written
-	kick     chan struct{}
-	finished chan struct{} // closed when serve ends: the writer ends
+	mu      sync.Mutex
+	out     []byte     // answers not yet handed to a write
+	spare   []byte     // the other buffer of the pair
+	grants  []grantRef // '+' grants in out, by offset
+	pending map[uint32]*pendingReq
+	writing bool       // a goroutine is writing; it writes until out is empty
+	closing bool       // close once out is written
+	dead    bool       // the connection is gone: nothing more is written
+	orphans []grantRef // grants whose answer can no longer be written
+	inWrite int        // bytes handed to the write in progress
+	// drained is signalled, when drainWaiter is set, after each write:
+	// the reader waits on it for room under MaxUnwritten.
+	drained     sync.Cond
+	drainWaiter bool
+	kick        chan struct{}
+	finished    chan struct{} // closed when serve ends: the writer ends
 
 	requests sync.WaitGroup // goroutines of durable requests
 }
@@ -87,6 +91,7 @@ type pendingReq struct {
 func (s *Server) serveSession(c net.Conn, first []byte) {
 	sc := &sessionConn{s: s, c: c, remote: c.RemoteAddr().String(),
 		pending: make(map[uint32]*pendingReq), kick: make(chan struct{}, 1), finished: make(chan struct{})}
+	sc.drained.L = &sc.mu
 	sc.rd = bufio.NewReaderSize(io.MultiReader(&prefixReader{b: first}, c), 4096)
 	sc.raw = rawConn(c)
 	if !sc.open() {
@@ -145,7 +150,7 @@ func (sc *sessionConn) open() bool {
 		}
 		need = openNeed(b)
 	}
-	if s.AuthToken != "" && subtle.ConstantTimeCompare([]byte(o.Auth), []byte(s.AuthToken)) != 1 {
+	if s.AuthToken != "" && !s.authOK(o.Auth) {
 		sc.refuseOpen(errBadAuth)
 		return false
 	}
@@ -198,7 +203,7 @@ func (s *Server) ttlFor(ms uint32) time.Duration {
 }
 
 func (sc *sessionConn) refuseOpen(reason error) {
-	sc.s.Logger.Warn("session refused", "peer", sc.remote, "reason", reason.Error())
+	sc.s.logRejected("session refused", "peer", sc.remote, "reason", reason.Error())
 	sc.s.Observer.Request(SessionOpen, ResultInvalid)
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.RequestTimeout))
 	_, _ = sc.c.Write(OpenAnswer{Status: AnswerFail}.Append(nil))
@@ -212,15 +217,34 @@ func (sc *sessionConn) incomplete(a Action, err error) {
 }
 
 // serve reads requests until the connection ends or the session does.
+//
+// Answers keep flowing whatever the peer sends: before every read that
+// may wait for the peer (the buffer holds no whole frame) the answers
+// queued so far are written, and while more than MaxUnwritten bytes of
+// answers wait to be written the reader stops reading (TCP flow control
+// then holds the sender) and the session's TTL stops running. A read
+// deadline is set when a frame is found incomplete and cleared when the
+// reader waits at a frame boundary, so it bounds each frame's arrival,
+// not the connection's.
 func (sc *sessionConn) serve() {
 	deadline := false // a read deadline is set
 	for {
-		if sc.rd.Buffered() == 0 {
+		if !sc.haveFrame() {
 			// About to wait for the peer: send what is queued first.
 			sc.flush(sc.s.RequestTimeout)
-			if deadline {
-				_ = sc.c.SetReadDeadline(time.Time{}) // idle is bounded by the TTL
-				deadline = false
+			if !sc.awaitRoom() {
+				return
+			}
+			if sc.rd.Buffered() == 0 {
+				if deadline {
+					_ = sc.c.SetReadDeadline(time.Time{}) // idle is bounded by the TTL
+					deadline = false
+				}
+			} else {
+				// A frame has begun: the rest of it must come within the
+				// request timeout.
+				_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.RequestTimeout))
+				deadline = true
 			}
 		}
 		if _, err := sc.rd.Peek(1); err != nil {
@@ -253,6 +277,61 @@ func (sc *sessionConn) serve() {
 		}
 	}
 }
+
+// haveFrame reports whether the read buffer holds a whole request, so that
+// reading it waits for nobody.
+func (sc *sessionConn) haveFrame() bool {
+	buffered := sc.rd.Buffered()
+	if buffered < RequestHeaderSize {
+		return false
+	}
+	hdr, _ := sc.rd.Peek(RequestHeaderSize)
+	return buffered >= RequestSize(hdr)
+}
+
+// MaxUnwritten is how many bytes of one connection's answers may wait in
+// the server to be written before it stops reading that connection.
+const MaxUnwritten = 64 << 10
+
+// awaitRoom waits, without reading, until fewer than MaxUnwritten bytes of
+// answers wait to be written; false when the connection died meanwhile.
+// The session's TTL does not run while it waits: the peer is being held
+// back, not silent. The wait is bounded: every write gives up after the
+// request timeout and kills the connection.
+func (sc *sessionConn) awaitRoom() bool {
+	sc.mu.Lock()
+	full, dead := sc.unwritten() >= MaxUnwritten, sc.dead
+	sc.mu.Unlock()
+	if !full || dead {
+		return !dead
+	}
+	stallsTotal.Add(1)
+	// Stall takes the session's mutex: not under sc.mu.
+	sc.link.Stall()
+	defer sc.link.Unstall()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for sc.unwritten() >= MaxUnwritten && !sc.dead {
+		if !sc.writing {
+			// Nobody is writing (a hand-off gave up): write it here.
+			sc.mu.Unlock()
+			sc.flush(sc.s.RequestTimeout)
+			sc.mu.Lock()
+			continue
+		}
+		sc.drainWaiter = true
+		sc.drained.Wait()
+	}
+	return !sc.dead
+}
+
+// unwritten is how many bytes of answers wait to be written, those of a
+// write in progress included. sc.mu must be held.
+func (sc *sessionConn) unwritten() int { return len(sc.out) + sc.inWrite }
+
+// stallsTotal counts the times a reader stopped reading because its
+// connection's answers were not being taken (for tests).
+var stallsTotal atomic.Int64
 
 // dispatch carries out one request; false ends the connection.
 func (sc *sessionConn) dispatch(req Request) bool {
@@ -431,7 +510,7 @@ func (sc *sessionConn) failed(req Request, pr *pendingReq, err error) {
 
 // invalid answers '-' to a malformed request; the session goes on.
 func (sc *sessionConn) invalid(req Request, reason error) {
-	sc.s.Logger.Warn("session request rejected", "peer", sc.remote, "action", req.Action.String(), "reason", reason.Error())
+	sc.s.logRejected("session request rejected", "peer", sc.remote, "action", req.Action.String(), "reason", reason.Error())
 	sc.s.Observer.Request(req.Action, ResultInvalid)
 	sc.answer(req.ID, AnswerFail, 0, nil)
 }
@@ -563,15 +642,24 @@ func (sc *sessionConn) flush(patience time.Duration) {
 	for len(sc.out) > 0 && !sc.dead {
 		buf, grants := sc.out, sc.grants
 		sc.out, sc.grants = sc.spare[:0], nil
+		sc.inWrite = len(buf)
 		sc.mu.Unlock()
 		n, err := sc.write(buf, patience)
 		sc.mu.Lock()
+		sc.inWrite = 0
+		if sc.drainWaiter {
+			sc.drainWaiter = false
+			sc.drained.Broadcast()
+		}
 		if err != nil && patience < sc.s.RequestTimeout && isTimeout(err) {
 			sc.requeue(buf, grants, n)
 			handOff = true
 			break
 		}
 		sc.spare = buf
+		if cap(buf) > 2*MaxUnwritten {
+			sc.spare = nil // a buffer grown past it by a burst is not kept
+		}
 		if err != nil {
 			// Bytes up to n reached the kernel and may reach the peer: those
 			// grants stand. The rest never left.
@@ -587,6 +675,10 @@ func (sc *sessionConn) flush(patience time.Duration) {
 	sc.writing = false
 	if sc.closing && !sc.dead && !handOff {
 		sc.die()
+	}
+	if sc.drainWaiter {
+		sc.drainWaiter = false
+		sc.drained.Broadcast()
 	}
 	sc.mu.Unlock()
 	sc.handBack(lost)
@@ -615,6 +707,12 @@ func (sc *sessionConn) write(buf []byte, patience time.Duration) (int, error) {
 		}
 	}
 	slowWrites.Add(1)
+	if patience > handoffPatience && sc.link != nil {
+		// The peer is not taking its answers: while this waits, it is held
+		// back, not silent, and its TTL does not run.
+		sc.link.Stall()
+		defer sc.link.Unstall()
+	}
 	_ = sc.c.SetWriteDeadline(time.Now().Add(patience))
 	m, err := sc.c.Write(buf[n:])
 	_ = sc.c.SetWriteDeadline(time.Time{})

@@ -220,10 +220,15 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 type proxy struct {
 	l      net.Listener
 	wg     sync.WaitGroup // the accept loop and every copier
-	mu     sync.Mutex     // guards target, down, conns
+	mu     sync.Mutex     // guards target, down, lose, conns
 	target string
 	down   bool
-	conns  map[net.Conn]bool
+	// lose, set by loseFirstAnswer, makes the next connection pass the
+	// server's first 13 bytes (a session's open answer) and then cut
+	// everything, and the proxy go down, on the first byte after them:
+	// the answer to the first request is lost.
+	lose  bool
+	conns map[net.Conn]bool
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -251,7 +256,8 @@ func (p *proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		down, target := p.down, p.target
+		down, target, lose := p.down, p.target, p.lose
+		p.lose = false
 		p.mu.Unlock()
 		if down {
 			c.Close()
@@ -275,8 +281,35 @@ func (p *proxy) accept() {
 			p.mu.Unlock()
 		}
 		p.wg.Go(func() { pipe(s, c) })
+		if lose {
+			p.wg.Go(func() { p.loseAnswer(c, s) })
+			continue
+		}
 		p.wg.Go(func() { pipe(c, s) })
 	}
+}
+
+// loseFirstAnswer arranges for the answer to the first request on the
+// next connection to be lost with it (see lose).
+func (p *proxy) loseFirstAnswer() {
+	p.mu.Lock()
+	p.lose = true
+	p.mu.Unlock()
+}
+
+// loseAnswer forwards the open answer from s to c, then, at the first
+// byte of the next answer, goes down and cuts every connection.
+func (p *proxy) loseAnswer(c, s net.Conn) {
+	var open [13]byte
+	if _, err := io.ReadFull(s, open[:]); err == nil {
+		_, err = c.Write(open[:])
+		if err == nil {
+			var b [1]byte
+			_, _ = s.Read(b[:])
+		}
+	}
+	p.setDown(true)
+	p.cut()
 }
 
 // cut closes every connection through the proxy.

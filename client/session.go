@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,10 +32,11 @@ var (
 	// Client's Unlock names no grant, so nothing is sent again.
 	ErrOutcomeUnknown = errors.New("locking-center: answer lost, outcome unknown")
 	// ErrDisconnected is returned by a Session call whose request was sent
-	// on a connection that broke before its answer came. The session goes
-	// on resuming; the call may be made again. A Lock or TryLock failed so
-	// holds nothing: a grant that the server made meanwhile is given back
-	// by the session after the resume.
+	// on a connection that broke before its answer came (a Ping, a Close),
+	// and is matched by the ErrOutcomeUnknown of an Unlock or reset lost
+	// that way. The session goes on resuming. A Lock or TryLock is not
+	// failed by a drop: it is reissued with its id after the resume, and
+	// finds the grant the server made for it, if it made one (Reissue).
 	ErrDisconnected = errors.New("locking-center: session connection lost before the answer")
 	// ErrSessionLost is what Session.Err wraps when the session ended
 	// without Close: the server refused to resume it (it expired, or was
@@ -71,13 +73,17 @@ var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
 // one write), one reads (it matches answers to calls by id), and one
 // supervises the connection. When nothing was sent for a third of the TTL,
 // the session sends Ping. When the connection drops, calls waiting on it
-// fail with ErrDisconnected (an Unlock with ErrOutcomeUnknown), and the
-// session reconnects and resumes, with a growing back-off, as long as the
-// TTL allows; requests made meanwhile wait for the new connection. A Lock
-// or TryLock that was waiting on the lost connection may have been granted
-// just before: after the resume, the session unlocks such a key unless the
-// program holds it through this session, so that no grant is left held by
-// nobody.
+// fail with ErrDisconnected (an Unlock or a reset with ErrOutcomeUnknown:
+// it is never sent again), and the session reconnects and resumes, with a
+// growing back-off, as long as the TTL allows; requests made meanwhile
+// wait for the new connection. A Lock or TryLock that was waiting on the
+// lost connection is reissued with its id after the resume: the server
+// answers a grant it made for that request before the drop at once, with
+// its token (Reissue, docs/protocol.md), and otherwise carries the
+// request out anew, so the caller just goes on waiting. The id of a grant
+// the program holds is never given to another request while it holds it.
+// A Lock or TryLock that the caller gave up on may have been granted: the
+// session unlocks such a grant, so that none is left held by nobody.
 //
 // The session is lost when the server refuses the resume or the TTL passes
 // without one: Done is closed, Err wraps ErrSessionLost, and every call
@@ -109,6 +115,12 @@ type Session struct {
 	// answer has not come, by id.
 	pending map[uint32]*call
 	nextID  uint32
+	// reserved holds the ids no new request may take: those of the grants
+	// the program holds (heldID, by key) and of the Locks and TryLocks
+	// waiting to be reissued. Reissue finds a grant by its request's id, so
+	// an id reused while its grant is held would find the wrong request's.
+	reserved map[uint32]struct{}
+	heldID   map[string]uint32
 	// held is every grant this session holds that the program knows of:
 	// key to token.
 	held map[string]uint64
@@ -141,8 +153,11 @@ type call struct {
 	key    string
 	token  uint64 // the request's token (Unlock), or the Lock a Cancel names
 
-	sent    bool
-	sentAt  time.Time
+	sent   bool
+	sentAt time.Time
+	// reissue is set on a Lock or TryLock sent on a connection that was
+	// lost before its answer: it is sent again with the same id.
+	reissue bool
 	dropped bool // given up before it was sent: the writer skips it
 	gaveUp  bool // the caller stopped waiting after it was sent
 	// finished is set once the caller has its outcome (done written).
@@ -177,13 +192,15 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, protocol.ErrFieldTooLong)
 	}
 	s := &Session{
-		address: address,
-		cfg:     cfg,
-		dialer:  net.Dialer{KeepAliveConfig: sessionKeepAlive},
-		log:     cfg.logger,
-		wake:    make(chan struct{}, 1),
-		pending: make(map[uint32]*call),
-		held:    make(map[string]uint64),
+		address:  address,
+		cfg:      cfg,
+		dialer:   net.Dialer{KeepAliveConfig: sessionKeepAlive},
+		log:      cfg.logger,
+		wake:     make(chan struct{}, 1),
+		pending:  make(map[uint32]*call),
+		held:     make(map[string]uint64),
+		heldID:   make(map[string]uint32),
+		reserved: make(map[uint32]struct{}),
 	}
 	s.ctx, s.end = context.WithCancelCause(context.Background())
 	conn, op, sentAt, err := s.open(ctx, 0)
@@ -481,13 +498,15 @@ func (s *Session) giveUp(ctx context.Context, c *call) (result, error) {
 	c.finished = true
 	err := ctx.Err()
 	switch {
-	case !c.sent:
+	case !c.sent && !c.reissue:
 		c.dropped = true // nothing reached the server
 		return result{}, err
 	case c.action == protocol.Lock:
 		c.gaveUp = true
-		s.queue = append(s.queue, &call{action: protocol.Cancel, token: uint64(c.id), internal: func(result) {}})
-		s.signal()
+		if c.sent {
+			s.queue = append(s.queue, &call{action: protocol.Cancel, token: uint64(c.id), internal: func(result) {}})
+			s.signal()
+		} // else its reissue goes out first, and its Cancel right after it (take)
 		return result{}, err
 	case c.action == protocol.TryLock:
 		c.gaveUp = true // a '+' to come is given back
@@ -651,10 +670,19 @@ func (s *Session) serve(conn net.Conn) error {
 // mu is held. Lock and TryLock requests among them may have been granted:
 // they become strays, unlocked after the resume.
 func (s *Session) disconnected(cause error) {
+	var reissue []*call
 	for id, c := range s.pending {
 		delete(s.pending, id)
 		switch c.action {
 		case protocol.Lock, protocol.TryLock:
+			if c.internal == nil && !c.gaveUp {
+				// Sent again with its id after the resume: the server
+				// answers the grant it made for it, if it made one.
+				c.sent, c.reissue = false, true
+				s.reserved[c.id] = struct{}{}
+				reissue = append(reissue, c)
+				continue
+			}
 			s.strays = append(s.strays, stray{key: c.key})
 			s.complete(c, result{err: fmt.Errorf("%w: %w", ErrDisconnected, cause)})
 		case protocol.Unlock:
@@ -678,7 +706,10 @@ func (s *Session) disconnected(cause error) {
 		}
 	}
 	clear(s.queue[len(q):])
-	s.queue = q
+	// The reissues go first, in the order they were first sent, so that
+	// they keep their place before what was asked after them.
+	slices.SortFunc(reissue, func(a, b *call) int { return a.sentAt.Compare(b.sentAt) })
+	s.queue = append(reissue, q...)
 }
 
 // resume reconnects with a growing back-off until the server takes the
@@ -782,6 +813,8 @@ func (s *Session) finish(err error) {
 	s.queue = nil
 	s.strays = nil
 	clear(s.held)
+	clear(s.heldID)
+	clear(s.reserved)
 	if !errors.Is(err, ErrSessionClosed) {
 		s.log.Warn("session lost", "session", fmt.Sprintf("%016x", s.id), "err", err)
 	}
@@ -841,6 +874,8 @@ func (s *Session) deliver(a protocol.Answer) {
 			s.signal()
 		} else {
 			s.held[c.key] = a.Token
+			s.heldID[c.key] = c.id
+			s.reserved[c.id] = struct{}{}
 		}
 	}
 	s.complete(c, result{status: a.Status, token: a.Token})
@@ -909,6 +944,13 @@ func limitFor(c *call) int {
 	return maxPending - 1
 }
 
+// isReserved reports whether id may not be given to a new request; mu is
+// held.
+func (s *Session) isReserved(id uint32) bool {
+	_, ok := s.reserved[id]
+	return ok
+}
+
 func earlier(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
@@ -935,18 +977,30 @@ func (s *Session) take(buf []byte, now time.Time) []byte {
 			buf, _ = protocol.Request{Action: protocol.Cancel, ID: uint32(c.token)}.Append(buf)
 			continue
 		}
-		c.id = s.nextID
-		for s.pending[c.id] != nil {
-			c.id++
+		if c.reissue {
+			delete(s.reserved, c.id)
 		}
-		s.nextID = c.id + 1
+		if !c.reissue || s.pending[c.id] != nil {
+			c.id = s.nextID
+			for s.pending[c.id] != nil || s.isReserved(c.id) {
+				c.id++
+			}
+			s.nextID = c.id + 1
+		}
 		s.pending[c.id] = c
 		if c.action == protocol.Unlock && c.internal == nil {
 			if tok, ok := s.held[c.key]; ok && (c.token == 0 || c.token == tok) {
 				delete(s.held, c.key)
+				delete(s.reserved, s.heldID[c.key])
+				delete(s.heldID, c.key)
 			}
 		}
 		buf, _ = protocol.Request{Action: c.action, ID: c.id, Token: c.token, Key: c.key}.Append(buf) // keys checked by validKey
+		if c.action == protocol.Lock && c.gaveUp {
+			// A reissue whose caller gave up before it went out: withdrawn
+			// at once (a grant it finds is given back when its '+' comes).
+			buf, _ = protocol.Request{Action: protocol.Cancel, ID: c.id}.Append(buf)
+		}
 	}
 	if len(rest) < len(s.queue) {
 		s.lastSent = now

@@ -20,18 +20,36 @@ import (
 
 // fakeNet hands the session's connections to the test.
 type fakeNet struct {
-	conns chan net.Conn
-	mu    sync.Mutex // guards down
-	down  bool       // dials fail, as with a server that is away
+	conns   chan net.Conn
+	refused chan struct{} // a dial failed (capacity 1)
+	mu      sync.Mutex    // guards down
+	down    bool          // dials fail, as with a server that is away
 }
 
-func newFakeNet() *fakeNet { return &fakeNet{conns: make(chan net.Conn, 4)} }
+func newFakeNet() *fakeNet {
+	return &fakeNet{conns: make(chan net.Conn, 4), refused: make(chan struct{}, 1)}
+}
+
+// awaitDial waits until a dial has failed: the session noticed its drop
+// and is resuming.
+func (n *fakeNet) awaitDial(t *testing.T) {
+	t.Helper()
+	select {
+	case <-n.refused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not try to reconnect")
+	}
+}
 
 func (n *fakeNet) dial(ctx context.Context, _ string) (net.Conn, error) {
 	n.mu.Lock()
 	down := n.down
 	n.mu.Unlock()
 	if down {
+		select {
+		case n.refused <- struct{}{}:
+		default:
+		}
 		return nil, errors.New("connection refused (fake)")
 	}
 	c, s := net.Pipe()
@@ -299,10 +317,11 @@ func TestSessionCancelCrossesGrant(t *testing.T) {
 }
 
 // TestSessionDropAndResume: a connection lost with a Lock waiting and an
-// Unlock unanswered. The Lock fails with ErrDisconnected, the Unlock with
-// ErrOutcomeUnknown; the session resumes with its id, and the first
-// requests on the new connection settle both (the stray Lock by key,
-// token 0; the Unlock by its token) before the request queued meanwhile.
+// Unlock unanswered. The Unlock fails with ErrOutcomeUnknown; the Lock
+// goes on waiting. The session resumes with its id, and the first requests
+// on the new connection are the settling of the Unlock (by its token),
+// then the Lock reissued with its old id — whose grant, made before the
+// drop, the server answers at once — before the request queued meanwhile.
 func TestSessionDropAndResume(t *testing.T) {
 	s, p, n := openFake(t, 60000)
 	ctx := context.Background()
@@ -313,15 +332,12 @@ func TestSessionDropAndResume(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	w := goLock(s, ctx, "waiting")
-	p.expect(1, "waiting")
+	wr := p.expect(1, "waiting")
 	uerr := make(chan error, 1)
 	go func() { uerr <- s.Unlock(ctx, "held", 5) }()
 	p.expect(2, "held")
 	n.setDown(true)
 	p.c.Close()
-	if r := <-w; !errors.Is(r.err, client.ErrDisconnected) {
-		t.Fatalf("Lock waiting at the drop = %v, want ErrDisconnected", r.err)
-	}
 	if err := <-uerr; !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("Unlock unanswered at the drop = %v, want ErrOutcomeUnknown", err)
 	}
@@ -332,22 +348,23 @@ func TestSessionDropAndResume(t *testing.T) {
 		t.Fatalf("reconnected with resume %x, want the session id", p2.resume)
 	}
 	p2.opened('+', 60000, 0xc0ffee)
-	settled := map[string]uint64{}
-	for range 2 {
-		r := p2.next()
-		if r.action != 2 {
-			t.Fatalf("after the resume: %+v before the strays were settled", r)
-		}
-		settled[r.key] = r.token
-		p2.answer(r.id, '-', 0)
+	u := p2.next()
+	if u.action != 2 || u.key != "held" || u.token != 5 {
+		t.Fatalf("first after the resume: %+v; want the Unlock of 'held' token 5", u)
 	}
-	if tok, ok := settled["waiting"]; !ok || tok != 0 {
-		t.Errorf("stray Lock of 'waiting' settled as %v (%v), want Unlock token 0", tok, ok)
+	p2.answer(u.id, '-', 0)
+	re := p2.expect(1, "waiting")
+	if re.id != wr.id {
+		t.Fatalf("the Lock was reissued with id %d; it was sent with %d", re.id, wr.id)
 	}
-	if tok := settled["held"]; tok != 5 {
-		t.Errorf("unknown Unlock of 'held' settled with token %d, want 5", tok)
+	p2.answer(re.id, '+', 4) // the grant made before the drop
+	if r := <-w; r.err != nil || r.token != 4 {
+		t.Fatalf("reissued Lock = %+v; want its grant, token 4", r)
 	}
 	l := p2.expect(1, "later")
+	if l.id == re.id {
+		t.Fatalf("a new request took the id %d of a held grant", l.id)
+	}
 	p2.answer(l.id, '+', 6)
 	if r := <-later; r.err != nil || r.token != 6 {
 		t.Fatalf("Lock queued during the resume = %+v", r)
@@ -355,6 +372,42 @@ func TestSessionDropAndResume(t *testing.T) {
 	if s.Err() != nil {
 		t.Fatalf("resumed session reports %v", s.Err())
 	}
+}
+
+// TestSessionReissueGivenUp: a Lock lost with its connection whose caller
+// gives up before the resume is still reissued (a grant may have been
+// made for it) and withdrawn at once; the grant the reissue finds is given
+// back by its token.
+func TestSessionReissueGivenUp(t *testing.T) {
+	s, p, n := openFake(t, 60000)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := goLock(s, ctx, "k")
+	first := p.expect(1, "k")
+	n.setDown(true)
+	p.c.Close()
+	// Wait until the drop is noticed (the session dials again), then give up.
+	n.awaitDial(t)
+	cancel()
+	if r := <-w; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("given-up Lock = %+v", r)
+	}
+	n.setDown(false)
+	p2 := n.accept(t)
+	p2.opened('+', 60000, 0xc0ffee)
+	re := p2.expect(1, "k")
+	if re.id != first.id {
+		t.Fatalf("reissued with id %d, sent with %d", re.id, first.id)
+	}
+	c := p2.next()
+	if c.action != 6 || c.id != re.id {
+		t.Fatalf("after the given-up reissue: %+v; want its Cancel", c)
+	}
+	p2.answer(re.id, '+', 9) // it had been granted
+	u := p2.expect(2, "k")
+	if u.token != 9 {
+		t.Fatalf("give-back Unlock token %d, want 9", u.token)
+	}
+	p2.answer(u.id, '+', 9)
 }
 
 // TestSessionResumeRefused: the server refuses the resume; the session is

@@ -440,3 +440,63 @@ func TestSessionSharedByGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSessionReissueFindsLostGrant: the answer to a Lock (then to a
+// TryLock) is lost with its connection after the server granted it. The
+// session resumes and reissues the request with its id; the server
+// answers the grant it made, so the caller gets that grant's token — it
+// neither waits behind its own hold nor leaves it held by nobody. The
+// second time the server is restarted (DATA_PATH) between the loss and
+// the resume: the grant's request is in the log.
+func TestSessionReissueFindsLostGrant(t *testing.T) {
+	srv := startReal(t, "DATA_PATH="+filepath.Join(t.TempDir(), "locks.wal"))
+	p := newProxy(t, srv.addr)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key     string
+		try     bool
+		restart bool
+	}{{"lost-lock", false, false}, {"lost-trylock", true, false}, {"lost-over-restart", false, true}} {
+		p.loseFirstAnswer()
+		s := newSession(t, p.addr(), client.WithTTL(5*time.Second))
+		got := make(chan struct {
+			token uint64
+			err   error
+		}, 1)
+		go func() {
+			var r struct {
+				token uint64
+				err   error
+			}
+			if tc.try {
+				r.token, r.err = s.TryLock(ctx, tc.key)
+			} else {
+				r.token, r.err = s.Lock(ctx, tc.key)
+			}
+			got <- r
+		}()
+		// The server granted it; its answer is being lost.
+		eventually(t, 5*time.Second, "the grant of "+tc.key, func() bool { return srv.key(tc.key) != nil })
+		eventually(t, 5*time.Second, "the cut", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.down
+		})
+		want := srv.key(tc.key).Token
+		if tc.restart {
+			srv.restart()
+		}
+		p.setDown(false)
+		r := <-got
+		if r.err != nil || r.token != want {
+			t.Fatalf("%s: after the lost answer = %d, %v; want the grant's token %d\n%s", tc.key, r.token, r.err, want, srv.logText())
+		}
+		heldBy(t, srv, tc.key, s, want)
+		if n := srv.waiters(tc.key); n != 0 {
+			t.Fatalf("%s: %d waiters: the reissue waited behind its own grant", tc.key, n)
+		}
+		if err := s.Unlock(ctx, tc.key, want); err != nil {
+			t.Fatalf("%s: Unlock of the found grant: %v", tc.key, err)
+		}
+	}
+}

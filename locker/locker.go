@@ -48,7 +48,25 @@ type Holder struct {
 	Remote string
 	// Session is the session that owns the request; 0 for v1.
 	Session SessionID
+	// Origin is, for a session's Lock or TryLock, the request that asked:
+	// the grant it makes remembers it, so that the same request sent again
+	// finds that grant (Reissue, docs/protocol.md). Zero for v1.
+	Origin Origin
 }
+
+// Origin names the session request that asked for a grant: its action
+// (OriginLock or OriginTryLock, the protocol's action numbers) and the id
+// the client gave it.
+type Origin struct {
+	Action byte
+	ID     uint32
+}
+
+// The actions of an Origin.
+const (
+	OriginLock    byte = 1
+	OriginTryLock byte = 5
+)
 
 // Change is one entry of a journal batch: a grant of Key under Token to
 // Holder, or the release of the grant Token of Key.
@@ -408,6 +426,13 @@ func (t *Table) lock(key string, h Holder, s *session, l *Link, done func(uint64
 	e := t.ref(key)
 	now := t.now()
 	e.mu.Lock()
+	if g := e.hold; s != nil && t.reissued(g, s, l, h.Origin) {
+		token := g.token
+		e.mu.Unlock()
+		t.unref(e, 1)
+		done(token, nil)
+		return decided, nil
+	}
 	if e.hold == nil {
 		// Free, so nobody queues (a queue exists only behind a holder).
 		g, err := t.grantFree(e, h, s, l, now)
@@ -515,6 +540,12 @@ func (t *Table) tryLock(key string, h Holder, s *session, l *Link) (uint64, erro
 	}
 	e := t.ref(key)
 	e.mu.Lock()
+	if g := e.hold; s != nil && t.reissued(g, s, l, h.Origin) {
+		token := g.token
+		e.mu.Unlock()
+		t.unref(e, 1)
+		return token, nil
+	}
 	if e.hold != nil {
 		e.mu.Unlock()
 		t.unref(e, 1)
@@ -528,6 +559,15 @@ func (t *Table) tryLock(key string, h Holder, s *session, l *Link) (uint64, erro
 		return 0, err
 	}
 	return g.token, nil
+}
+
+// reissued reports whether g, the grant of a key, was made for session s
+// by the request o, and l is still the session's connection: that
+// request, sent again (a client that lost its answer), gets g back instead
+// of waiting behind it or answering "held".
+// The entry's mutex must be held.
+func (t *Table) reissued(g *grant, s *session, l *Link, o Origin) bool {
+	return g != nil && g.sess == s && o.Action != 0 && g.h.Origin == o && s.usable(l)
 }
 
 // handover is a planned release of e's grant: next, if any, is the waiter

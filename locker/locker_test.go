@@ -465,7 +465,7 @@ func TestMutualExclusionUnderChurn(t *testing.T) {
 				switch {
 				case l != nil:
 					o := newOutcome()
-					p, err := l.Lock(key, o.done)
+					p, err := l.Lock(key, nextID(), o.done)
 					if err != nil {
 						t.Error(err)
 						return

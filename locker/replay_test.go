@@ -102,7 +102,7 @@ func churnAndFold(t *testing.T, refuseEvery int) {
 						return
 					}
 				case l != nil && op == 3:
-					if _, err := l.TryLock(key(r)); !tolerable(err, ErrLocked) {
+					if _, err := l.TryLock(key(r), nextID()); !tolerable(err, ErrLocked) {
 						t.Error(err)
 						return
 					}
@@ -111,7 +111,7 @@ func churnAndFold(t *testing.T, refuseEvery int) {
 					got := make(chan struct{})
 					var token uint64
 					var lockErr error
-					p, err := l.Lock(k, func(tok uint64, err error) { token, lockErr = tok, err; close(got) })
+					p, err := l.Lock(k, nextID(), func(tok uint64, err error) { token, lockErr = tok, err; close(got) })
 					if err != nil {
 						if !tolerable(err) {
 							t.Error(err)
@@ -193,7 +193,7 @@ func churnAndFold(t *testing.T, refuseEvery int) {
 	sessionLock(t, l, "end-session")
 	first := mustLock(t, tb, "end-handover", "v")
 	o := newOutcome()
-	if _, err := l.Lock("end-handover", o.done); err != nil {
+	if _, err := l.Lock("end-handover", nextID(), o.done); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.Release("end-handover", first); err != nil {

@@ -303,21 +303,25 @@ func (l *Link) Unstall() {
 	s.mu.Unlock()
 }
 
-func (l *Link) holder() Holder {
-	return Holder{Source: l.s.source, Remote: l.remote, Session: l.s.id}
+func (l *Link) holder(o Origin) Holder {
+	return Holder{Source: l.s.source, Remote: l.remote, Session: l.s.id, Origin: o}
 }
 
 // Lock queues a Lock of key for the session, as Table.LockFunc: done is
 // called exactly once, possibly before Lock returns, without the table's
-// locks. It fails at once with ErrSessionEnded or ErrDetached when the
-// session cannot take keys through l.
-func (l *Link) Lock(key string, done func(token uint64, err error)) (*Pending, error) {
-	return l.s.t.lock(key, l.holder(), l.s, l, done)
+// locks. id is the request's id: when the session holds key under a grant
+// that a Lock with this id made, that grant is given again at once
+// (Reissue). It fails at once with ErrSessionEnded or ErrDetached when
+// the session cannot take keys through l.
+func (l *Link) Lock(key string, id uint32, done func(token uint64, err error)) (*Pending, error) {
+	return l.s.t.lock(key, l.holder(Origin{OriginLock, id}), l.s, l, done)
 }
 
-// TryLock takes key for the session if it is free at this instant.
-func (l *Link) TryLock(key string) (uint64, error) {
-	return l.s.t.tryLock(key, l.holder(), l.s, l)
+// TryLock takes key for the session if it is free at this instant, or
+// returns the grant that a TryLock with the same id made and the session
+// still holds (Reissue).
+func (l *Link) TryLock(key string, id uint32) (uint64, error) {
+	return l.s.t.tryLock(key, l.holder(Origin{OriginTryLock, id}), l.s, l)
 }
 
 // Unlock releases the session's grant token of key (token 0: whichever

@@ -42,7 +42,7 @@ func open(t *testing.T, tb *Table, source string, ttl time.Duration) (*Link, *at
 func sessionLock(t *testing.T, l *Link, key string) uint64 {
 	t.Helper()
 	o := newOutcome()
-	if _, err := l.Lock(key, o.done); err != nil {
+	if _, err := l.Lock(key, nextID(), o.done); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := o.wait(t)
@@ -80,7 +80,7 @@ func TestSessionHoldsAndUnlock(t *testing.T) {
 	if ki.Holder.Session != a.ID() || ki.Token != tok || ki.Holder.Source != "a" {
 		t.Fatalf("Key = %+v", ki)
 	}
-	if _, err := a.TryLock("k"); !errors.Is(err, ErrLocked) {
+	if _, err := a.TryLock("k", nextID()); !errors.Is(err, ErrLocked) {
 		t.Fatalf("TryLock of its own hold = %v, want ErrLocked", err)
 	}
 	// Another session cannot release it, by token or not.
@@ -99,7 +99,7 @@ func TestSessionHoldsAndUnlock(t *testing.T) {
 	if _, err := a.Unlock("k", tok); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Unlock of a grant already ended = %v", err)
 	}
-	tok2, _ := a.TryLock("k")
+	tok2, _ := a.TryLock("k", nextID())
 	if got, err := a.Unlock("k", 0); err != nil || got != tok2 {
 		t.Fatalf("Unlock with token 0 = %d, %v", got, err)
 	}
@@ -122,7 +122,7 @@ func TestSessionWaitsForItself(t *testing.T) {
 	a, _ := open(t, tb, "a", time.Minute)
 	tok := sessionLock(t, a, "k")
 	o := newOutcome()
-	p, _ := a.Lock("k", o.done)
+	p, _ := a.Lock("k", nextID(), o.done)
 	if o.decided() {
 		t.Fatal("a second Lock of a held key was decided at once")
 	}
@@ -133,7 +133,7 @@ func TestSessionWaitsForItself(t *testing.T) {
 		t.Fatalf("self-wait told %v", err)
 	}
 	o2 := newOutcome()
-	a.Lock("k", o2.done)
+	a.Lock("k", nextID(), o2.done)
 	a.Unlock("k", tok)
 	if tok2, err := o2.wait(t); err != nil || tok2 <= tok {
 		t.Fatalf("the session's second Lock after its Unlock: %d, %v", tok2, err)
@@ -157,11 +157,11 @@ func TestSessionEndReleasesInFIFOAndOneBatch(t *testing.T) {
 	for i := range n {
 		first[i], second[i] = newOutcome(), newOutcome()
 		tb.LockFunc(fmt.Sprint("k", i), holder("v1"), first[i].done)
-		b.Lock(fmt.Sprint("k", i), second[i].done)
+		b.Lock(fmt.Sprint("k", i), nextID(), second[i].done)
 	}
 	mine := newOutcome()
 	tb.LockFunc("k0", holder("x"), func(uint64, error) {})
-	a.Lock("k1", mine.done) // a waits for itself on k1, behind the others
+	a.Lock("k1", nextID(), mine.done) // a waits for itself on k1, behind the others
 	j.take()
 	res, err := tb.EndSession(a.ID())
 	if err != nil || res.Released != n || res.Refused != 1 {
@@ -188,7 +188,7 @@ func TestSessionEndReleasesInFIFOAndOneBatch(t *testing.T) {
 	if _, err := tb.EndSession(a.ID()); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("second EndSession = %v", err)
 	}
-	if _, err := a.TryLock("z"); !errors.Is(err, ErrSessionEnded) {
+	if _, err := a.TryLock("z", nextID()); !errors.Is(err, ErrSessionEnded) {
 		t.Fatalf("TryLock through an ended session = %v", err)
 	}
 	tb.ResetBySource("v1")
@@ -205,13 +205,13 @@ func TestSessionDetachResumeExpire(t *testing.T) {
 	tok := sessionLock(t, a, "held")
 	mustLock(t, tb, "busy", "other")
 	w := newOutcome()
-	a.Lock("busy", w.done)
+	a.Lock("busy", nextID(), w.done)
 
 	a.Detach()
 	if _, err := w.wait(t); !errors.Is(err, ErrDetached) {
 		t.Fatalf("a detached session's waiter told %v", err)
 	}
-	if _, err := a.TryLock("x"); !errors.Is(err, ErrDetached) {
+	if _, err := a.TryLock("x", nextID()); !errors.Is(err, ErrDetached) {
 		t.Fatalf("TryLock through a detached link = %v", err)
 	}
 	info, _ := tb.SessionInfo(a.ID())
@@ -244,7 +244,7 @@ func TestSessionDetachResumeExpire(t *testing.T) {
 	if err != nil || closedA2.Load() != 1 {
 		t.Fatalf("resume over a live link: %v, old closer called %d times", err, closedA2.Load())
 	}
-	if _, err := a2.TryLock("y"); !errors.Is(err, ErrDetached) {
+	if _, err := a2.TryLock("y", nextID()); !errors.Is(err, ErrDetached) {
 		t.Fatalf("the taken-over link still works: %v", err)
 	}
 	a2.Detach() // the old connection's teardown: must not detach a3
@@ -338,7 +338,7 @@ func TestEndWaitsForGrantsInFlight(t *testing.T) {
 	gate.hold.Store(true)
 	locked := make(chan uint64, 1)
 	go func() {
-		tok, _ := a.TryLock("k")
+		tok, _ := a.TryLock("k", nextID())
 		locked <- tok
 	}()
 	<-gate.entered // the grant is in the journal
@@ -429,4 +429,111 @@ func TestMaxSessionsPerPeer(t *testing.T) {
 	if _, err := tb.OpenSession("e", "10.0.0.1:1004", time.Minute, nil); err != nil {
 		t.Fatalf("after one ended, a session from that address = %v", err)
 	}
+}
+
+// testIDs gives each test request an id of its own, as a client does:
+// a request that reused the id of the grant its session holds would be
+// a Reissue.
+var testIDs atomic.Uint32
+
+func nextID() uint32 { return testIDs.Add(1) }
+
+// TestReissueFindsTheGrant sends a Lock and a TryLock again with the ids
+// of the requests whose grants the session holds, as a client does after
+// a lost answer: each gets its grant back at once, while another id, the
+// other action, another session or a released grant does not.
+func TestReissueFindsTheGrant(t *testing.T) {
+	tb := New(Options{})
+	a, _ := open(t, tb, "a", time.Minute)
+	b, _ := open(t, tb, "b", time.Minute)
+
+	o := newOutcome()
+	if _, err := a.Lock("k", 7, o.done); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := o.wait(t)
+	// The same Lock again: its grant, at once, and still one hold.
+	again := newOutcome()
+	if _, err := a.Lock("k", 7, again.done); err != nil || !again.decided() {
+		t.Fatalf("reissued Lock: %v, decided %v", err, again.decided())
+	}
+	if tok2, err := again.wait(t); err != nil || tok2 != tok {
+		t.Fatalf("reissued Lock = %d, %v; want the grant %d", tok2, err, tok)
+	}
+	if n := tb.Stats().Held; n != 1 {
+		t.Fatalf("%d keys held after the reissue", n)
+	}
+	// A TryLock with that id is another request: the key is held.
+	if _, err := a.TryLock("k", 7); !errors.Is(err, ErrLocked) {
+		t.Fatalf("TryLock with the id of a Lock = %v; want ErrLocked", err)
+	}
+	// Another session with that id waits like anyone else.
+	other := newOutcome()
+	p, _ := b.Lock("k", 7, other.done)
+	if other.decided() {
+		t.Fatal("another session's Lock with the same id was granted")
+	}
+	p.Cancel()
+
+	tt, err := a.TryLock("t", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt2, err := a.TryLock("t", 9); err != nil || tt2 != tt {
+		t.Fatalf("reissued TryLock = %d, %v; want %d", tt2, err, tt)
+	}
+	if _, err := a.TryLock("t", 10); !errors.Is(err, ErrLocked) {
+		t.Fatalf("TryLock with another id = %v", err)
+	}
+	// Once released, the id names no grant: the request is a new one.
+	if _, err := a.Unlock("t", tt); err != nil {
+		t.Fatal(err)
+	}
+	if tt3, err := a.TryLock("t", 9); err != nil || tt3 <= tt {
+		t.Fatalf("TryLock after the release = %d, %v; want a new grant", tt3, err)
+	}
+	// Through a stale link (a resume took the session), nothing is found.
+	a2, err := tb.ResumeSession(a.ID(), "a:10", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lock("k", 7, newOutcome().done); !errors.Is(err, ErrDetached) {
+		t.Fatalf("reissue through a stale link = %v", err)
+	}
+	// Through the resumed link, the grant is found (and survives a restore).
+	back := newOutcome()
+	if _, err := a2.Lock("k", 7, back.done); err != nil {
+		t.Fatal(err)
+	}
+	if tok3, _ := back.wait(t); tok3 != tok {
+		t.Fatalf("reissue after the resume = %d; want %d", tok3, tok)
+	}
+	a2.Close()
+	b.Close()
+	assertEmpty(t, tb)
+}
+
+// TestReissueAfterRestore restores a session hold with the request that
+// made it, as a replay does: the request sent again finds it.
+func TestReissueAfterRestore(t *testing.T) {
+	tb := New(Options{})
+	id := SessionID(0xabc)
+	h := Holder{Source: "svc", Remote: "10.0.0.1:5", Session: id, Origin: Origin{OriginLock, 42}}
+	tok, err := tb.Restore("k", h, 1234, time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tb.ResumeSession(id, "10.0.0.1:6", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOutcome()
+	if _, err := l.Lock("k", 42, o.done); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := o.wait(t); got != tok {
+		t.Fatalf("reissue of a restored grant = %d; want %d", got, tok)
+	}
+	l.Close()
+	assertEmpty(t, tb)
 }

@@ -159,14 +159,21 @@ func TestErrorsAfterCompactionNameTheLog(t *testing.T) {
 		t.Fatal("no compaction")
 	}
 	// The writer set l.f before it counted the compaction (an atomic the
-	// test has read), and is idle now. Close the descriptor behind its
-	// back: the next write fails on it.
-	if err := l.f.(osFile).File.Close(); err != nil {
+	// test has read), and is idle now. Put a read-only descriptor in its
+	// place behind its back: the next write fails on it. (Closing it
+	// instead would let the next file the process opens take its number,
+	// and the write go there.)
+	ro, err := os.Open(os.DevNull)
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := l.Acquire("k", holder(1))
+	defer ro.Close()
+	if err := syscall.Dup3(int(ro.Fd()), int(l.f.(osFile).File.Fd()), 0); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Acquire("k", holder(1))
 	if !errors.Is(err, ErrFailed) {
-		t.Fatalf("Acquire on a closed descriptor: %v, want ErrFailed", err)
+		t.Fatalf("Acquire on a read-only descriptor: %v, want ErrFailed", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, path) || strings.Contains(msg, ".tmp") {
 		t.Fatalf("error %q: want it to name %s and no temporary file", msg, path)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
 // The file is a header followed by records, all integers big-endian.
@@ -40,6 +42,9 @@ import (
 //
 //	grant   (3): | 3 | since: int64 Unix ns | token: uint64 | session: uint64 |
 //	             | ttl: uint32 ms | key | source | remote |
+//	grant   (6): | 6 | since | token | session | ttl | action: uint8 | id: uint32 |
+//	             | key | source | remote |      a session's grant, with the request
+//	                                            that made it (action 1 Lock, 5 TryLock)
 //	release (4): | 4 | token: uint64 | key |          token 0: whatever grant of key
 //	mark    (5): | 5 | token: uint64 |                every token ever given is <= this
 //
@@ -71,7 +76,7 @@ const (
 	// maxPayloadV1 is the largest payload of a version 1 record.
 	maxPayloadV1 = 1 + 8 + 3*(2+MaxFieldLen)
 	// maxOp is the largest encoded operation.
-	maxOp = 1 + 8 + 8 + 8 + 4 + 3*(2+MaxFieldLen)
+	maxOp = 1 + 8 + 8 + 8 + 4 + 1 + 4 + 3*(2+MaxFieldLen)
 )
 
 var magic = [8]byte{'L', 'C', 'W', 'A', 'L', 'O', 'G', '\n'}
@@ -86,6 +91,10 @@ const (
 	typeGrant     byte = 3
 	typeRelease   byte = 4
 	typeMark      byte = 5
+	// typeGrantOrigin is a grant that names the session request that made
+	// it, so that the request sent again finds it after a restart. Written
+	// for every session grant; typeGrant for v1 grants.
+	typeGrantOrigin byte = 6
 )
 
 // ErrCorrupt is wrapped by every error that reports a log which cannot be
@@ -120,6 +129,20 @@ type Holder struct {
 	// Session is the owning session (0 for a v1 hold) and TTL its TTL.
 	Session uint64
 	TTL     time.Duration
+	// Action and ID name the session request that made the grant (Action
+	// 1 Lock, 5 TryLock); 0 for a v1 hold and in logs written before they
+	// were kept.
+	Action byte
+	ID     uint32
+}
+
+// grantOp is the operation that records the grant of key to h.
+func grantOp(key string, h Holder) op {
+	typ := typeGrant
+	if h.Action != 0 {
+		typ = typeGrantOrigin
+	}
+	return op{typ: typ, key: key, token: h.Token, h: h}
 }
 
 func appendHeader(b []byte) []byte {
@@ -154,7 +177,11 @@ func checkField(what, s string) error {
 
 // grantSize is the encoded size of a grant operation.
 func grantSize(key string, h Holder) int {
-	return 1 + 8 + 8 + 8 + 4 + 2 + len(key) + 2 + len(h.Source) + 2 + len(h.Remote)
+	n := 1 + 8 + 8 + 8 + 4 + 2 + len(key) + 2 + len(h.Source) + 2 + len(h.Remote)
+	if h.Action != 0 {
+		n += 1 + 4
+	}
+	return n
 }
 
 // op is one decoded or queued operation.
@@ -168,11 +195,15 @@ type op struct {
 func appendOp(b []byte, o op) []byte {
 	b = append(b, o.typ)
 	switch o.typ {
-	case typeGrant:
+	case typeGrant, typeGrantOrigin:
 		b = binary.BigEndian.AppendUint64(b, uint64(o.h.Since.UnixNano()))
 		b = binary.BigEndian.AppendUint64(b, o.h.Token)
 		b = binary.BigEndian.AppendUint64(b, o.h.Session)
 		b = binary.BigEndian.AppendUint32(b, uint32(o.h.TTL/time.Millisecond))
+		if o.typ == typeGrantOrigin {
+			b = append(b, o.h.Action)
+			b = binary.BigEndian.AppendUint32(b, o.h.ID)
+		}
 		b = appendString(b, o.key)
 		b = appendString(b, o.h.Source)
 		b = appendString(b, o.h.Remote)
@@ -223,7 +254,9 @@ func sealFrame(b []byte, start int) []byte {
 // decodePayload decodes the operations of a payload whose checksum already
 // matched, calling fn for each. A failure here is a record this build does
 // not understand: corruption, not a tear.
-func decodePayload(version uint32, p []byte, fn func(op)) string {
+// fn's non-empty answer (an operation that contradicts what came before)
+// stops the decoding with that reason.
+func decodePayload(version uint32, p []byte, fn func(op) string) string {
 	if len(p) == 0 {
 		return "empty record"
 	}
@@ -234,7 +267,9 @@ func decodePayload(version uint32, p []byte, fn func(op)) string {
 		if reason != "" {
 			return reason
 		}
-		fn(o)
+		if reason := fn(o); reason != "" {
+			return reason
+		}
 		if version == version1 && len(p) != 0 {
 			return fmt.Sprintf("%d stray bytes after the record's fields", len(p))
 		}
@@ -248,7 +283,7 @@ func decodeOp(version uint32, p []byte) (op, []byte, string) {
 	p = p[1:]
 	var ok bool
 	known := version == version1 && (o.typ == typeAcquireV1 || o.typ == typeReleaseV1) ||
-		version == version2 && (o.typ == typeGrant || o.typ == typeRelease || o.typ == typeMark)
+		version == version2 && (o.typ == typeGrant || o.typ == typeGrantOrigin || o.typ == typeRelease || o.typ == typeMark)
 	if !known {
 		return o, p, fmt.Sprintf("unknown record type %d", o.typ)
 	}
@@ -261,13 +296,13 @@ func decodeOp(version uint32, p []byte) (op, []byte, string) {
 		return v, true
 	}
 	switch o.typ {
-	case typeAcquireV1, typeGrant:
+	case typeAcquireV1, typeGrant, typeGrantOrigin:
 		since, ok1 := u64()
 		if !ok1 {
 			return o, p, "grant record too short"
 		}
 		o.h.Since = time.Unix(0, int64(since))
-		if o.typ == typeGrant {
+		if o.typ != typeAcquireV1 {
 			var ok2, ok3 bool
 			o.h.Token, ok1 = u64()
 			o.h.Session, ok2 = u64()
@@ -278,6 +313,16 @@ func decodeOp(version uint32, p []byte) (op, []byte, string) {
 			o.h.TTL = time.Duration(binary.BigEndian.Uint32(p)) * time.Millisecond
 			p = p[4:]
 			o.token = o.h.Token
+			if o.typ == typeGrantOrigin {
+				if len(p) < 5 {
+					return o, p, "grant record too short"
+				}
+				o.h.Action, o.h.ID = p[0], binary.BigEndian.Uint32(p[1:])
+				p = p[5:]
+				if o.h.Action != locker.OriginLock && o.h.Action != locker.OriginTryLock || o.h.Session == 0 {
+					return o, p, fmt.Sprintf("grant record: request action %d of session %d", o.h.Action, o.h.Session)
+				}
+			}
 		}
 		if o.key, p, ok = readString(p); !ok {
 			return o, p, "grant record: bad key"

@@ -35,7 +35,8 @@ func (j *Journal) Commit(batch []locker.Change) error {
 // every token the log has seen.
 func (j *Journal) Open(path string, opts Options, table *locker.Table) (*Log, error) {
 	l, err := Open(path, opts, func(key string, h *Holder) error {
-		token, err := table.Restore(key, locker.Holder{Source: h.Source, Remote: h.Remote, Session: locker.SessionID(h.Session)},
+		token, err := table.Restore(key, locker.Holder{Source: h.Source, Remote: h.Remote, Session: locker.SessionID(h.Session),
+			Origin: locker.Origin{Action: h.Action, ID: h.ID}},
 			h.Token, h.Since, h.TTL)
 		h.Token = token
 		return err

@@ -316,7 +316,7 @@ func (l *Log) snapshot() []byte {
 	ops := make([]op, 0, len(l.live)+1)
 	ops = append(ops, op{typ: typeMark, token: l.high})
 	for k, h := range l.live {
-		ops = append(ops, op{typ: typeGrant, key: k, token: h.Token, h: h})
+		ops = append(ops, grantOp(k, h))
 	}
 	snap := make([]byte, 0, headerSize+frameSize+9+l.liveBytes+int64(frameSize*(1+len(ops)*maxOp/maxPayload)))
 	snap, _ = appendRecords(appendHeader(snap), ops)
@@ -533,9 +533,12 @@ func restIsZero(r *bufio.Reader) (bool, error) {
 }
 
 // apply updates the live set with a durable operation.
-func (l *Log) apply(o op) {
+func (l *Log) apply(o op) string {
+	if reason := l.contradiction(o); reason != "" {
+		return reason
+	}
 	switch o.typ {
-	case typeAcquireV1, typeGrant:
+	case typeAcquireV1, typeGrant, typeGrantOrigin:
 		if old, had := l.live[o.key]; had {
 			l.liveBytes -= int64(grantSize(o.key, old))
 		}
@@ -552,6 +555,41 @@ func (l *Log) apply(o op) {
 		l.high = o.token
 		l.highToken.Store(o.token)
 	}
+	return ""
+}
+
+// MaxToken bounds the fencing tokens a log may hold: a log with a token
+// of 2^63 or more is refused, so that tokens never wrap (and stay
+// positive where a client keeps them in a signed integer).
+const MaxToken = 1<<63 - 1
+
+// contradiction says what is wrong with a version 2 operation that cannot
+// follow the ones applied before it: a log the engine wrote never holds
+// one, so it is damage or a bug, refused like a bad checksum rather than
+// replayed into a table that would break its promises (two grants of one
+// key, a token that wraps, a TTL no session can have).
+func (l *Log) contradiction(o op) string {
+	if o.token > MaxToken {
+		return fmt.Sprintf("token %d is 2^63 or more: tokens would wrap", o.token)
+	}
+	switch o.typ {
+	case typeGrant, typeGrantOrigin:
+		if old, had := l.live[o.key]; had && old.Token != o.token {
+			return fmt.Sprintf("grant of key %q under token %d while it is held under token %d, with no release between", o.key, o.token, old.Token)
+		}
+		if o.h.Session != 0 && (o.h.TTL < time.Second || o.h.TTL > 10*time.Minute) {
+			return fmt.Sprintf("grant of key %q to a session with a TTL of %v, outside 1s … 10m", o.key, o.h.TTL)
+		}
+	case typeRelease:
+		old, had := l.live[o.key]
+		if !had {
+			return fmt.Sprintf("release of key %q under token %d, which is not held", o.key, o.token)
+		}
+		if o.token != 0 && o.token != old.Token {
+			return fmt.Sprintf("release of key %q under token %d, while its current grant is token %d", o.key, o.token, old.Token)
+		}
+	}
+	return ""
 }
 
 // Commit records a batch of the engine's changes as one record (see the
@@ -573,7 +611,10 @@ func (l *Log) Commit(batch []locker.Change) error {
 			}
 			h := Holder{Source: c.Holder.Source, Remote: c.Holder.Remote, Since: c.Since,
 				Token: c.Token, Session: uint64(c.Holder.Session), TTL: c.TTL}
-			ops[i] = op{typ: typeGrant, key: c.Key, token: c.Token, h: h}
+			if h.Session != 0 {
+				h.Action, h.ID = c.Holder.Origin.Action, c.Holder.Origin.ID
+			}
+			ops[i] = grantOp(c.Key, h)
 			size += grantSize(c.Key, h)
 		} else {
 			ops[i] = op{typ: typeRelease, key: c.Key, token: c.Token}
@@ -782,7 +823,12 @@ func (l *Log) commit(batch []*request) error {
 		for _, r := range batch {
 			l.records.Add(uint64(r.records))
 			for _, o := range r.ops {
-				l.apply(o)
+				if reason := l.apply(o); reason != "" {
+					// The engine planned it against its own table: a bug, and
+					// the next start will refuse this log. Said loudly.
+					l.logger.Error("walog: a committed record contradicts the log's table; the next start will refuse the log",
+						"file", l.path, "reason", reason)
+				}
 			}
 		}
 		if l.compacting {

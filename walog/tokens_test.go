@@ -44,7 +44,7 @@ func scanRecords(t *testing.T, path string) (uint32, []fileRecord) {
 			n = int64(binary.BigEndian.Uint32(data[off+4:]))
 		}
 		rec := fileRecord{off: off}
-		if reason := decodePayload(version, data[off+fsize:off+fsize+n], func(o op) { rec.ops = append(rec.ops, o) }); reason != "" {
+		if reason := decodePayload(version, data[off+fsize:off+fsize+n], func(o op) string { rec.ops = append(rec.ops, o); return "" }); reason != "" {
 			t.Fatalf("%s at %d: %s", path, off, reason)
 		}
 		recs = append(recs, rec)

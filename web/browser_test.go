@@ -140,7 +140,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted := make(chan error, 1)
-	if _, err := sess.Lock("reports/daily", func(_ uint64, err error) { granted <- err }); err != nil {
+	if _, err := sess.Lock("reports/daily", 1, func(_ uint64, err error) { granted <- err }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-granted; err != nil {

@@ -22,9 +22,9 @@ func (f *fixture) session(source string, ttl time.Duration, keys ...string) *loc
 		f.t.Fatalf("open session: %v", err)
 	}
 	f.t.Cleanup(func() { _, _ = l.Close() })
-	for _, k := range keys {
+	for i, k := range keys {
 		got := make(chan error, 1)
-		if _, err := l.Lock(k, func(_ uint64, err error) { got <- err }); err != nil {
+		if _, err := l.Lock(k, uint32(i+1), func(_ uint64, err error) { got <- err }); err != nil {
 			f.t.Fatalf("session lock %q: %v", k, err)
 		}
 		if err := <-got; err != nil {
@@ -41,7 +41,7 @@ func TestAPISessions(t *testing.T) {
 	f.hold("v1key", "v1", time.Minute)
 	a := f.session("svc-a", 30*time.Second, "skey")
 	pending := make(chan error, 1)
-	if _, err := a.Lock("v1key", func(_ uint64, err error) { pending <- err }); err != nil {
+	if _, err := a.Lock("v1key", 1, func(_ uint64, err error) { pending <- err }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -128,7 +128,7 @@ func TestEndSessionRefusesWaiters(t *testing.T) {
 	f.hold("busy", "v1", time.Minute)
 	b := f.session("svc-b", time.Minute, "mine")
 	pending := make(chan error, 1)
-	if _, err := b.Lock("busy", func(_ uint64, err error) { pending <- err }); err != nil {
+	if _, err := b.Lock("busy", 1, func(_ uint64, err error) { pending <- err }); err != nil {
 		t.Fatal(err)
 	}
 	w := f.do("POST", "/api/v1/sessions/"+b.ID().String()+"/end", "")

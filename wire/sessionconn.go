@@ -397,7 +397,7 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 	s := sc.s
 	switch req.Action {
 	case Lock:
-		p, err := sc.link.Lock(req.Key, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
+		p, err := sc.link.Lock(req.Key, req.ID, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
 		if err != nil {
 			sc.failed(req, pr, err)
 			return
@@ -411,7 +411,7 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 			p.Cancel()
 		}
 	case TryLock:
-		token, err := sc.link.TryLock(req.Key)
+		token, err := sc.link.TryLock(req.Key, req.ID)
 		switch {
 		case err == nil:
 			sc.finish(req, pr, AnswerOK, token, true)

@@ -7,7 +7,7 @@
 // Guarantees:
 //   - Commit (the log's side of locker.Journal) returns nil only once the
 //     batch is written and fsynced, as one record: a crash keeps all of it
-//     or none. Acquire and Release are one-change Commits. Concurrent callers share one write and one fsync (group
+//     or none. Concurrent callers share one write and one fsync (group
 //     commit): whoever writes a batch takes every record queued by then —
 //     the writer goroutine, or a lone caller that finds the log idle and
 //     writes its own record.
@@ -20,7 +20,9 @@
 //     a sector boundary inside its frame, or in a whole sector of it (the
 //     sectors a power loss did not write). Anything else that does not
 //     decode is corruption, reported as an error wrapping ErrCorrupt that
-//     names the file and byte offset.
+//     names the file and byte offset; so is a whole record that contradicts
+//     the ones before it (a grant of a held key, a release of a grant that
+//     is not current, a token of 2^63 or more, a session TTL out of range).
 //   - Open locks DATA_PATH.lock (flock) until Close: a second process on
 //     the same log gets ErrInUse.
 //   - Compaction rewrites the live holders into a temporary file in the same
@@ -28,6 +30,11 @@
 //     crash at any instant leaves the old or the new log whole. It runs
 //     beside the writer; appends stall only while the records that arrived
 //     during the rewrite are copied over and the rename is made durable.
+//
+// The code is in four parts, a file each: opening (open.go), replay
+// (replay.go), the group-commit writer (writer.go) and compaction
+// (compact.go); log.go holds the Log's fields and counters, format.go the
+// record format.
 //
 // The file format, the crash assumptions and what to do when the server
 // refuses to start are in README.md in this folder.

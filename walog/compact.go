@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
 // DefaultCompactFloor is the size under which the log is never compacted,
@@ -22,11 +24,12 @@ type compactResult struct {
 
 // snapshot encodes the live set: a header, the token mark, every grant.
 func (l *Log) snapshot() []byte {
-	ops := make([]op, 0, len(l.live)+1)
-	ops = append(ops, op{typ: typeMark, token: l.high})
-	for k, h := range l.live {
-		ops = append(ops, grantOp(k, h))
-	}
+	ops := make([]op, 0, l.state.Len()+1)
+	ops = append(ops, op{typ: typeMark, token: l.state.HighToken()})
+	l.state.Each(func(k string, g locker.Grant) bool {
+		ops = append(ops, grantOp(k, holderOf(g)))
+		return true
+	})
 	snap := make([]byte, 0, headerSize+frameSize+9+l.liveBytes+int64(frameSize*(1+len(ops)*maxOp/maxPayload)))
 	snap, _ = appendRecords(appendHeader(snap), ops)
 	return snap
@@ -94,7 +97,7 @@ func (l *Log) finishCompaction(res compactResult) {
 	}
 	l.size.Store(res.size + int64(len(tail)))
 	l.compactions.Add(1)
-	l.logger.Debug("walog: compacted", "file", l.path, "bytes", l.size.Load(), "held_keys", len(l.live))
+	l.logger.Debug("walog: compacted", "file", l.path, "bytes", l.size.Load(), "held_keys", l.state.Len())
 }
 
 // discard closes and removes the temporary file of a compaction that will

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
 // Errors returned by Commit. Compare with errors.Is.
@@ -75,7 +77,7 @@ type Log struct {
 	errs        atomic.Uint64
 	fsyncs      atomic.Uint64
 	records     atomic.Uint64
-	highToken   atomic.Uint64 // high, for readers outside the writer
+	highToken   atomic.Uint64 // the state's highest token, for readers outside the writer
 	// lone is set while the previous batch held one record: a lone locker,
 	// whose next record may be written by its own goroutine (see submit).
 	lone atomic.Bool
@@ -90,12 +92,13 @@ type Log struct {
 	// after it: the writer goroutine, or the goroutine of a lone locker
 	// that finds the log idle and writes its own record (see submit).
 	// Open owns them before the writer starts.
-	writing    sync.Mutex
-	f          File
-	lock       *os.File // the lock file, flocked while the log is open
-	live       map[string]Holder
-	liveBytes  int64  // encoded size of the live grant operations
-	high       uint64 // the highest token in the log (grants and marks)
+	writing sync.Mutex
+	f       File
+	lock    *os.File // the lock file, flocked while the log is open
+	// state is what the records say is held: replay builds it, every
+	// durable batch is applied to it, compaction writes it out.
+	state      *locker.State
+	liveBytes  int64 // encoded size of the live grant operations
 	compacting bool
 	compacted  chan compactResult // the compactor's answer; capacity 1
 	tail       []byte             // records written since the snapshot

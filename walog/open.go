@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
 // Open opens the log at path, creating it if needed, replays it, calls
@@ -37,7 +39,7 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		floor:     opts.CompactFloor,
 		queue:     make(chan *request, maxBatch),
 		done:      make(chan struct{}),
-		live:      make(map[string]Holder),
+		state:     locker.NewState(0),
 		compacted: make(chan compactResult, 1),
 		direct:    true,
 	}
@@ -128,21 +130,30 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 		}
 	}
 	if failpointsOn && sabotaged("forget-holds") {
-		clear(l.live) // a planted bug for the crash test to find
+		l.state.Clear() // a planted bug for the crash test to find
 	}
 	l.size.Store(size)
 	retokened := false
-	for k, h := range l.live {
-		token := h.Token
-		if err := restore(k, &h); err != nil {
-			l.f.Close()
-			return nil, fmt.Errorf("walog: restore %q from %s: %w", k, path, err)
+	var rerr error
+	l.state.Each(func(k string, g locker.Grant) bool {
+		h := holderOf(g)
+		if rerr = restore(k, &h); rerr != nil {
+			rerr = fmt.Errorf("walog: restore %q from %s: %w", k, path, rerr)
+			return false
 		}
-		retokened = retokened || h.Token != token
-		l.live[k] = h
-		l.high = max(l.high, h.Token)
+		if h.Token != g.Token {
+			retokened = true
+			// Changing a held key's token (a version 1 hold given one)
+			// does not add or remove keys: safe within Each.
+			l.state.Retoken(k, h.Token)
+		}
+		return true
+	})
+	if rerr != nil {
+		l.f.Close()
+		return nil, rerr
 	}
-	l.highToken.Store(l.high)
+	l.highToken.Store(l.state.HighToken())
 	// A hold whose token the caller changed must be on disk under its new
 	// token before anything is appended: a later release names the grant
 	// by that token, and a replay would not match it to the old one.
@@ -152,9 +163,9 @@ func Open(path string, opts Options, restore func(key string, h *Holder) error) 
 			return nil, err
 		}
 		l.logger.Info("walog: rewrote the log in version 2 with the tokens of its holds",
-			"file", path, "from_version", version, "held_keys", len(l.live))
+			"file", path, "from_version", version, "held_keys", l.state.Len())
 	}
-	l.logger.Debug("walog: replayed", "file", path, "bytes", size, "held_keys", len(l.live))
+	l.logger.Debug("walog: replayed", "file", path, "bytes", size, "held_keys", l.state.Len())
 	ok = true
 	go l.run()
 	return l, nil

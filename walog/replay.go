@@ -10,10 +10,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"time"
+
+	"github.com/locking-center/locking-center/locker"
 )
 
-// replay reads the whole file into l.live, cuts a torn tail, and returns
+// replay reads the whole file into l.state, cuts a torn tail, and returns
 // the size of the file afterwards and its format version.
 func (l *Log) replay() (int64, uint32, error) {
 	fi, err := l.f.Stat()
@@ -24,7 +25,7 @@ func (l *Log) replay() (int64, uint32, error) {
 	// Size the live set for a log that compaction keeps near twice its
 	// live records (about 80 bytes each): growing a map of a million keys
 	// step by step costs more than reading the file.
-	l.live = make(map[string]Holder, min(fileSize/160, 1<<24))
+	l.state = locker.NewState(int(min(fileSize/160, 1<<24)))
 	if fileSize == 0 {
 		// An empty file (made by the operator, say) is a new log.
 		if err := writeSync(l.f, appendHeader(nil), l.path); err != nil {
@@ -216,62 +217,58 @@ func restIsZero(r *bufio.Reader) (bool, error) {
 	}
 }
 
-// apply updates the live set with a durable operation.
+// apply applies a durable operation to the log's state, through the one
+// function that decides what a record means (locker.State.Apply), and
+// keeps the encoded size of the live grants for compaction. It returns
+// why an operation contradicts the state, changing nothing then.
+//
+// Version 1 operations are read as what they meant: an acquire of a held
+// key replaces its holder (that format had no tokens to tell grants
+// apart), and a release of a free key changes nothing.
 func (l *Log) apply(o op) string {
-	if reason := l.contradiction(o); reason != "" {
-		return reason
-	}
-	switch o.typ {
-	case typeAcquireV1, typeGrant, typeGrantOrigin:
-		if old, had := l.live[o.key]; had {
-			l.liveBytes -= int64(grantSize(o.key, old))
+	if o.typ == typeMark {
+		if err := l.state.Raise(o.token); err != nil {
+			return err.Error()
 		}
-		l.live[o.key] = o.h
+		l.highToken.Store(l.state.HighToken())
+		return ""
+	}
+	old, had := l.state.Held(o.key)
+	switch {
+	case o.typ == typeAcquireV1 && had:
+		if reason := l.apply(op{typ: typeReleaseV1, key: o.key}); reason != "" {
+			return reason
+		}
+		had = false
+	case o.typ == typeReleaseV1 && !had:
+		return ""
+	}
+	if err := l.state.Apply(changeOf(o)); err != nil {
+		return err.Error()
+	}
+	if had {
+		l.liveBytes -= int64(grantSize(o.key, holderOf(old)))
+	}
+	if o.typ != typeRelease && o.typ != typeReleaseV1 {
 		l.liveBytes += int64(grantSize(o.key, o.h))
-	case typeReleaseV1, typeRelease:
-		old, had := l.live[o.key]
-		if had && (o.token == 0 || o.token == old.Token) {
-			l.liveBytes -= int64(grantSize(o.key, old))
-			delete(l.live, o.key)
-		}
 	}
-	if o.token > l.high {
-		l.high = o.token
-		l.highToken.Store(o.token)
-	}
+	l.highToken.Store(l.state.HighToken())
 	return ""
 }
 
-// MaxToken bounds the fencing tokens a log may hold: a log with a token
-// of 2^63 or more is refused, so that tokens never wrap (and stay
-// positive where a client keeps them in a signed integer).
-const MaxToken = 1<<63 - 1
-
-// contradiction says what is wrong with a version 2 operation that cannot
-// follow the ones applied before it: a log the engine wrote never holds
-// one, so it is damage or a bug, refused like a bad checksum rather than
-// replayed into a table that would break its promises (two grants of one
-// key, a token that wraps, a TTL no session can have).
-func (l *Log) contradiction(o op) string {
-	if o.token > MaxToken {
-		return fmt.Sprintf("token %d is 2^63 or more: tokens would wrap", o.token)
-	}
+// changeOf is the engine's change an operation records.
+func changeOf(o op) locker.Change {
 	switch o.typ {
-	case typeGrant, typeGrantOrigin:
-		if old, had := l.live[o.key]; had && old.Token != o.token {
-			return fmt.Sprintf("grant of key %q under token %d while it is held under token %d, with no release between", o.key, o.token, old.Token)
-		}
-		if o.h.Session != 0 && (o.h.TTL < time.Second || o.h.TTL > 10*time.Minute) {
-			return fmt.Sprintf("grant of key %q to a session with a TTL of %v, outside 1s … 10m", o.key, o.h.TTL)
-		}
-	case typeRelease:
-		old, had := l.live[o.key]
-		if !had {
-			return fmt.Sprintf("release of key %q under token %d, which is not held", o.key, o.token)
-		}
-		if o.token != 0 && o.token != old.Token {
-			return fmt.Sprintf("release of key %q under token %d, while its current grant is token %d", o.key, o.token, old.Token)
-		}
+	case typeRelease, typeReleaseV1:
+		return locker.Change{Key: o.key, Token: o.token}
 	}
-	return ""
+	return locker.Change{Key: o.key, Token: o.h.Token, Grant: true, Since: o.h.Since, TTL: o.h.TTL,
+		Holder: locker.Holder{Source: o.h.Source, Remote: o.h.Remote, Session: locker.SessionID(o.h.Session),
+			Origin: locker.Origin{Action: o.h.Action, ID: o.h.ID}}}
+}
+
+// holderOf is the log's view of a grant of the state.
+func holderOf(g locker.Grant) Holder {
+	return Holder{Source: g.Holder.Source, Remote: g.Holder.Remote, Since: g.Since, Token: g.Token,
+		Session: uint64(g.Holder.Session), TTL: g.TTL, Action: g.Holder.Origin.Action, ID: g.Holder.Origin.ID}
 }

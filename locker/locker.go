@@ -881,9 +881,9 @@ func (t *Table) Restore(key string, h Holder, token uint64, since time.Time, ttl
 	}
 	e := t.ref(key)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.hold != nil {
-		t.unref(e, 1)
+		e.mu.Unlock()
+		t.unref(e, 1) // the shard's mutex, never under the entry's
 		return 0, fmt.Errorf("restore %q: %w", key, ErrLocked)
 	}
 	e.hold = &grant{token: token, h: h, since: since, sess: s}
@@ -891,6 +891,7 @@ func (t *Table) Restore(key string, h Holder, token uint64, since time.Time, ttl
 		s.addHold(key, token)
 	}
 	t.held.Add(1)
+	e.mu.Unlock()
 	return token, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/walog"
 	"github.com/locking-center/locking-center/web"
 	"github.com/locking-center/locking-center/wire"
@@ -91,8 +92,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
 
-	metrics := web.NewMetrics(web.MetricsOptions{WAL: cfg.DataPath != ""})
-	topts := locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold,
+	meters := metrics.New(metrics.Options{WAL: cfg.DataPath != ""})
+	topts := locker.Options{OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
 		MaxSessions: cfg.MaxConnections, MaxSessionsPerPeer: cfg.MaxConnectionsPerPeer}
 	// With DATA_PATH the table gets its journal now; the log behind it is
 	// opened (and replayed into the table) once the web port serves, so
@@ -111,7 +112,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		// One peer's share: see MAX_CONNECTIONS_PER_PEER.
 		MaxConnectionsPerPeer: cfg.MaxConnectionsPerPeer,
 		Logger:                logger,
-		Observer:              metrics,
+		Observer:              meters,
 		SessionTTL:            cfg.SessionTTL,
 		AuthToken:             cfg.AuthToken,
 	}
@@ -137,7 +138,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			StuckAfter:  cfg.StuckAfter,
 			Password:    cfg.WebPassword,
 			Persistent:  cfg.DataPath != "",
-			Metrics:     metrics,
+			Metrics:     meters,
 			Connections: srv.Connections,
 			Logger:      logger,
 			Version:     version,
@@ -169,7 +170,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		// A corrupt log stops the start: the error names the file and the
 		// byte offset (walog.CorruptError), and main exits non-zero.
 		start := time.Now()
-		l, err := journal.Open(cfg.DataPath, walog.Options{OnFsync: metrics.ObserveFsync, Logger: logger}, table)
+		l, err := journal.Open(cfg.DataPath, walog.Options{OnFsync: meters.ObserveFsync, Logger: logger}, table)
 		if err != nil {
 			serveErr = fmt.Errorf("DATA_PATH: %w", err)
 			tcpLn.Close() // never served, so Shutdown does not know it

@@ -219,7 +219,7 @@ func (s *server) resetKey(key, via string, r *http.Request) (locker.ResetResult,
 		s.log.Error("reset by key failed", "via", via, "key", key, "peer", r.RemoteAddr, "err", err)
 		return res, fmt.Errorf("reset key %q: %w", key, err)
 	}
-	s.metrics.resetKey.Inc()
+	s.metrics.ResetByKey()
 	s.log.Info("reset by key", "via", via, "key", key, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)
 	return res, nil
 }
@@ -233,7 +233,7 @@ func (s *server) resetSource(source, via string, r *http.Request) (locker.ResetR
 			"released", res.Released, "refused", res.Refused, "err", err)
 		return res, fmt.Errorf("reset source %q: %w", source, err)
 	}
-	s.metrics.resetSource.Inc()
+	s.metrics.ResetBySource()
 	s.log.Info("reset by source", "via", via, "source", source, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)
 	return res, nil
 }

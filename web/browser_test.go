@@ -19,6 +19,7 @@ import (
 
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/wire"
 )
 
@@ -28,12 +29,12 @@ type stack struct {
 	table   *locker.Table
 	tcp     string // host:port of the lock protocol
 	web     string // http://host:port
-	metrics *Metrics
+	metrics *metrics.Metrics
 }
 
 func startStack(t *testing.T, o Options) *stack {
 	t.Helper()
-	m := NewMetrics(MetricsOptions{})
+	m := metrics.New(metrics.Options{})
 	table := locker.New(locker.Options{OnGrant: m.ObserveWait, OnRelease: m.ObserveHold})
 	quiet := slog.New(slog.DiscardHandler)
 	srv := &wire.Server{Table: table, Observer: m, Logger: quiet}

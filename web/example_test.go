@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/web"
 	"github.com/locking-center/locking-center/wire"
 )
@@ -12,13 +13,13 @@ import (
 // The wiring of main.go: one Metrics fed by the lock table's hooks and the
 // TCP server's observer, served by the web handler with the rest.
 func ExampleNew() {
-	metrics := web.NewMetrics(web.MetricsOptions{})
-	table := locker.New(locker.Options{OnGrant: metrics.ObserveWait, OnRelease: metrics.ObserveHold})
-	tcp := &wire.Server{Table: table, Observer: metrics}
+	meters := metrics.New(metrics.Options{})
+	table := locker.New(locker.Options{OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold})
+	tcp := &wire.Server{Table: table, Observer: meters}
 	opts := web.Options{
 		Table:         table,
 		StuckAfter:    10 * time.Minute,
-		Metrics:       metrics,
+		Metrics:       meters,
 		Connections:   tcp.Connections,
 		ListenAddress: ":22120",
 		AllowedHosts:  []string{"locks.example.com"}, // WEB_ALLOWED_HOSTS

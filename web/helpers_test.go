@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fixture struct {
 	t       *testing.T
 	table   *locker.Table
-	metrics *Metrics
+	metrics *metrics.Metrics
 	h       http.Handler
 	now     time.Time
 	waiters sync.WaitGroup
@@ -33,7 +34,7 @@ type fixture struct {
 func newFixture(t *testing.T, mod ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), errs: make(chan error, 100)}
-	f.metrics = NewMetrics(MetricsOptions{})
+	f.metrics = metrics.New(metrics.Options{})
 	f.table = locker.New(locker.Options{OnGrant: f.metrics.ObserveWait, OnRelease: f.metrics.ObserveHold})
 	o := Options{Logger: slog.New(slog.DiscardHandler), Table: f.table, StuckAfter: 10 * time.Minute, Metrics: f.metrics, now: func() time.Time { return f.now }}
 	for _, fn := range mod {

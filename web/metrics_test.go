@@ -17,6 +17,7 @@ import (
 
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/wire"
 )
 
@@ -63,7 +64,7 @@ func TestMetricsLintAndNames(t *testing.T) {
 	for _, wal := range []bool{false, true} {
 		t.Run("wal="+strconv.FormatBool(wal), func(t *testing.T) {
 			f := newFixture(t, func(o *Options) {
-				o.Metrics = NewMetrics(MetricsOptions{WAL: wal})
+				o.Metrics = metrics.New(metrics.Options{WAL: wal})
 				o.Persistent = wal
 				o.LogStats = func() LogStats { return LogStats{SizeBytes: 4096, Compactions: 3, Errors: 1} }
 				o.Connections = func() int { return 7 }
@@ -215,7 +216,7 @@ func TestMetricsSessions(t *testing.T) {
 	var mu sync.Mutex // guards clock
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	m := NewMetrics(MetricsOptions{})
+	m := metrics.New(metrics.Options{})
 	table := locker.New(locker.Options{Now: now})
 	h := New(Options{Table: table, Metrics: m, Logger: slog.New(slog.DiscardHandler), now: now})
 	out := scrape(t, h)
@@ -256,43 +257,5 @@ func TestMetricsSessions(t *testing.T) {
 		if got := value(out, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
-	}
-}
-
-func TestMetricsUnknownAction(t *testing.T) {
-	m := NewMetrics(MetricsOptions{})
-	m.Request(200, "invalid")
-	m.ConnectionRejected()
-	var buf bytes.Buffer
-	m.WritePrometheus(&buf)
-	if got := value(buf.String(), `locking_center_requests_total{action="unknown",result="invalid"}`); got != 1 {
-		t.Errorf("unknown action counted %v times, want 1", got)
-	}
-	if got := value(buf.String(), `locking_center_connections_rejected_total`); got != 1 {
-		t.Errorf("rejected = %v", got)
-	}
-}
-
-func BenchmarkCountRequest(b *testing.B) {
-	m := NewMetrics(MetricsOptions{})
-	b.ReportAllocs()
-	for b.Loop() {
-		m.Request(1, "ok")
-		m.ObserveWait(time.Millisecond)
-	}
-}
-
-// TestLintSeesMissingHelp shows that the HELP lines are ours to write: the
-// library's bare samples fail promlint.
-func TestLintSeesMissingHelp(t *testing.T) {
-	m := NewMetrics(MetricsOptions{})
-	var raw bytes.Buffer
-	m.set.WritePrometheus(&raw)
-	problems, err := promlint.New(&raw).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(problems) == 0 {
-		t.Fatal("promlint found nothing in an exposition without HELP lines; is it really linting?")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/metrics"
 )
 
 // Options configures the web handler. Table is required; the rest has
@@ -28,7 +29,7 @@ type Options struct {
 	LogStats func() LogStats
 	// Metrics receives the web resets and is served on /metrics; nil
 	// creates a private one (the TCP side then counts nothing in it).
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// Connections reports the TCP connections being served (the
 	// connections gauge); nil reports 0.
 	Connections func() int
@@ -65,6 +66,27 @@ type Options struct {
 	exactBelow int
 }
 
+// gauges are the figures /metrics shows, read from what the dashboard
+// shows, so that the two never disagree.
+func (s *server) gauges() metrics.Gauges {
+	now := s.now()
+	v := s.view(selection{}, now) // the figures only, no rows
+	st := s.opts.Table.Stats()
+	g := metrics.Gauges{Held: v.Held, Waiting: v.Waiting, Stuck: v.Stuck, Connections: -1,
+		Sessions: st.Sessions, SessionExpirations: st.SessionExpirations}
+	if !v.Oldest.IsZero() {
+		g.OldestAge = now.Sub(v.Oldest)
+	}
+	if s.opts.Connections != nil {
+		g.Connections = s.opts.Connections()
+	}
+	if s.opts.Persistent && s.opts.LogStats != nil {
+		ls := s.opts.LogStats()
+		g.WALSize, g.WALCompactions, g.WALErrors = ls.SizeBytes, ls.Compactions, ls.Errors
+	}
+	return g
+}
+
 // LogStats are the write-ahead log's figures, as the web package needs them.
 type LogStats struct {
 	// SizeBytes is the size of the log file.
@@ -80,7 +102,7 @@ type server struct {
 	opts     Options
 	started  time.Time
 	log      *slog.Logger
-	metrics  *Metrics
+	metrics  *metrics.Metrics
 	mux      *http.ServeMux
 	handler  http.Handler
 	hosts    hostPolicy
@@ -117,9 +139,9 @@ func New(opts Options) http.Handler {
 	}
 	s.catalogs = &catalogs{table: opts.Table, exactBelow: opts.exactBelow}
 	if s.metrics == nil {
-		s.metrics = NewMetrics(MetricsOptions{WAL: opts.Persistent})
+		s.metrics = metrics.New(metrics.Options{WAL: opts.Persistent})
 	}
-	s.metrics.bind(s)
+	s.metrics.SetSource(s.gauges)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -20,25 +20,16 @@ import (
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("wire: server closed")
 
-// Results reported to an Observer, beside the answer bytes' meanings.
-const (
-	ResultOK      = "ok"      // answered '+'
-	ResultFail    = "fail"    // answered '-': not held, reset, not durable
-	ResultLocked  = "locked"  // answered '#'
-	ResultInvalid = "invalid" // answered '-' to a malformed frame
-	ResultHangUp  = "hangup"  // the client left while waiting; no answer
-)
-
 // Observer is told of every served request and every refused connection.
 // Its methods must be fast and safe for concurrent use.
 type Observer interface {
-	Request(a Action, result string)
+	Request(a Action, r Result)
 	ConnectionRejected()
 }
 
 type noObserver struct{}
 
-func (noObserver) Request(Action, string) {}
+func (noObserver) Request(Action, Result) {}
 func (noObserver) ConnectionRejected()    {}
 
 var (
@@ -480,30 +471,13 @@ func (s *Server) dispatchV1(c net.Conn, f Frame, h locker.Holder, trailing bool)
 			return 0, 0, false
 		}
 		return s.lock(c, f.Key, h)
-	case TryLock:
-		token, err := s.Table.TryLock(f.Key, h)
-		switch {
-		case err == nil:
-			return AnswerOK, token, true
-		case errors.Is(err, locker.ErrLocked):
-			return AnswerLocked, 0, true
+	case TryLock, Unlock, ResetByKey, ResetBySource:
+		cmd := command{action: f.Action, key: f.Key, holder: h}
+		if f.Action == ResetBySource {
+			cmd.key = h.Source
 		}
-		return s.failed(c, f, err), 0, true
-	case Unlock:
-		_, err := s.Table.Unlock(f.Key)
-		return s.outcome(c, f, err), 0, true
-	case ResetByKey:
-		res, err := s.Table.ResetByKey(f.Key)
-		if err == nil {
-			s.Logger.Info("reset by key", "key", f.Key, "peer", h.Remote, "released", res.Released, "refused", res.Refused)
-		}
-		return s.outcome(c, f, err), 0, true
-	case ResetBySource:
-		res, err := s.Table.ResetBySource(h.Source)
-		if err == nil {
-			s.Logger.Info("reset by source", "source", h.Source, "peer", h.Remote, "released", res.Released, "refused", res.Refused)
-		}
-		return s.outcome(c, f, err), 0, true
+		o := s.execute(cmd)
+		return o.answer, o.token, true
 	}
 	return AnswerFail, 0, true // unreachable: Valid checked the action
 }
@@ -524,7 +498,7 @@ func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, tok
 		s.invalid(c, Lock, err)
 		return 0, 0, false
 	}
-	return s.failed(c, Frame{Action: Lock, Key: key, Source: h.Source}, err), 0, true
+	return s.refused(command{action: Lock, key: key, holder: h}, err).answer, 0, true
 }
 
 // waiterKeepAlive finds a waiter's vanished client in about 2.5 minutes:
@@ -592,23 +566,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func (s *Server) outcome(c net.Conn, f Frame, err error) byte {
-	if err == nil {
-		return AnswerOK
-	}
-	return s.failed(c, f, err)
-}
-
-func (s *Server) failed(c net.Conn, f Frame, err error) byte {
-	lvl := slog.LevelInfo
-	if errors.Is(err, locker.ErrJournal) {
-		lvl = slog.LevelError
-	}
-	s.Logger.Log(context.Background(), lvl, "request answered '-'", "peer", c.RemoteAddr().String(),
-		"action", f.Action.String(), "key", f.Key, "reason", err.Error())
-	return AnswerFail
-}
-
 // invalid answers '-' to a malformed request and logs one line (at most
 // ten a second for all of them).
 func (s *Server) invalid(c net.Conn, a Action, reason error) {
@@ -635,16 +592,6 @@ func (s *Server) logRejected(msg string, args ...any) {
 func (s *Server) authOK(given string) bool {
 	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(s.AuthToken))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
-}
-
-func resultOf(answer byte) string {
-	switch answer {
-	case AnswerOK:
-		return ResultOK
-	case AnswerLocked:
-		return ResultLocked
-	}
-	return ResultFail
 }
 
 // peerIP is the address of a peer without its port: the source of a

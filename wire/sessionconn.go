@@ -399,7 +399,8 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 	case Lock:
 		p, err := sc.link.Lock(req.Key, req.ID, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
 		if err != nil {
-			sc.failed(req, pr, err)
+			o := s.refused(command{action: Lock, key: req.Key, link: sc.link, holder: locker.Holder{Remote: sc.remote}}, err)
+			sc.finish(req, pr, o.answer, 0, false)
 			return
 		}
 		sc.mu.Lock()
@@ -410,43 +411,14 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 		if canceled {
 			p.Cancel()
 		}
-	case TryLock:
-		token, err := sc.link.TryLock(req.Key, req.ID)
-		switch {
-		case err == nil:
-			sc.finish(req, pr, AnswerOK, token, true)
-		case errors.Is(err, locker.ErrLocked):
-			sc.finish(req, pr, AnswerLocked, 0, false)
-		default:
-			sc.failed(req, pr, err)
+	case TryLock, Unlock, ResetByKey, ResetBySource:
+		cmd := command{action: req.Action, key: req.Key, link: sc.link, id: req.ID, token: req.Token,
+			holder: locker.Holder{Remote: sc.remote}}
+		if req.Action == ResetBySource && cmd.key == "" {
+			cmd.key = peerIP(sc.c.RemoteAddr())
 		}
-	case Unlock:
-		token, err := sc.link.Unlock(req.Key, req.Token)
-		if err != nil {
-			sc.failed(req, pr, err)
-			return
-		}
-		sc.finish(req, pr, AnswerOK, token, false)
-	case ResetByKey:
-		res, err := s.Table.ResetByKey(req.Key)
-		if err != nil {
-			sc.failed(req, pr, err)
-			return
-		}
-		s.Logger.Info("reset by key", "key", req.Key, "peer", sc.remote, "released", res.Released, "refused", res.Refused)
-		sc.finish(req, pr, AnswerOK, 0, false)
-	case ResetBySource:
-		source := req.Key
-		if source == "" {
-			source = peerIP(sc.c.RemoteAddr())
-		}
-		res, err := s.Table.ResetBySource(source)
-		if err != nil {
-			sc.failed(req, pr, err)
-			return
-		}
-		s.Logger.Info("reset by source", "source", source, "peer", sc.remote, "released", res.Released, "refused", res.Refused)
-		sc.finish(req, pr, AnswerOK, 0, false)
+		o := s.execute(cmd)
+		sc.finish(req, pr, o.answer, o.token, o.granted)
 	}
 }
 
@@ -499,13 +471,6 @@ func (sc *sessionConn) finish(req Request, pr *pendingReq, status byte, token ui
 	sc.unpend(req.ID, pr)
 	sc.queue(req.ID, status, token, g)
 	sc.mu.Unlock()
-}
-
-func (sc *sessionConn) failed(req Request, pr *pendingReq, err error) {
-	if errors.Is(err, locker.ErrJournal) {
-		sc.s.Logger.Error("session request answered '-'", "peer", sc.remote, "action", req.Action.String(), "key", req.Key, "reason", err.Error())
-	}
-	sc.finish(req, pr, AnswerFail, 0, false)
 }
 
 // invalid answers '-' to a malformed request; the session goes on.

@@ -1,4 +1,10 @@
-package web
+// Package metrics keeps Locking-Center's Prometheus metrics (the README's
+// Metrics section) and writes their exposition. The lock table, the TCP
+// server and the write-ahead log count into one Metrics value through
+// methods that do not allocate and are safe for concurrent use; gauges
+// are read from a source at scrape time. It knows nothing of HTTP routes
+// or pages: the web port serves WritePrometheus on /metrics.
+package metrics
 
 import (
 	"bufio"
@@ -10,47 +16,65 @@ import (
 	"sync"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
+	vm "github.com/VictoriaMetrics/metrics"
 
 	"github.com/locking-center/locking-center/wire"
 )
 
-// Metrics are Locking-Center's Prometheus metrics (the README's Metrics section). One value is
-// created at start and shared: the lock table feeds it through
-// ObserveWait and ObserveHold (locker.Options.OnGrant / OnRelease), the TCP
-// server through the wire.Observer methods, the write-ahead log through
-// ObserveFsync, and the web handler serves it on /metrics. The counting
-// methods do not allocate and are safe for concurrent use.
+// Metrics are Locking-Center's Prometheus metrics. One value is created
+// at start and shared: the lock table feeds it through ObserveWait and
+// ObserveHold (locker.Options.OnGrant / OnRelease), the TCP server through
+// the wire.Observer methods, the write-ahead log through ObserveFsync, and
+// the gauges come from the source given to SetSource.
 type Metrics struct {
-	set *metrics.Set
+	set *vm.Set
 	wal bool
 
-	requests    [len(actionNames)][len(resultNames)]*metrics.Counter
-	resetKey    *metrics.Counter
-	resetSource *metrics.Counter
-	rejected    *metrics.Counter
-	wait, hold  *metrics.PrometheusHistogram
-	fsync       *metrics.PrometheusHistogram // nil without a log
+	requests    [len(actionNames)][wire.Results]*vm.Counter
+	resetKey    *vm.Counter
+	resetSource *vm.Counter
+	rejected    *vm.Counter
+	wait, hold  *vm.PrometheusHistogram
+	fsync       *vm.PrometheusHistogram // nil without a log
 
-	// Gauges and the log's figures are read from their sources when
-	// scraped, by refresh.
-	held, waiters, stuck, oldest, conns *metrics.Gauge
-	sessions                            *metrics.Gauge
-	sessionExpirations                  *metrics.Counter
-	walSize                             *metrics.Gauge
-	walCompactions, walErrors           *metrics.Counter
+	// Gauges and the log's figures are read from the source when scraped,
+	// by refresh.
+	held, waiters, stuck, oldest, conns *vm.Gauge
+	sessions                            *vm.Gauge
+	sessionExpirations                  *vm.Counter
+	walSize                             *vm.Gauge
+	walCompactions, walErrors           *vm.Counter
 
-	// mu guards src and makes refresh and the write that follows it one
-	// step, so that concurrent scrapes do not interleave.
-	mu  sync.Mutex
-	src *server
+	// mu guards source and makes refresh and the write that follows it
+	// one step, so that concurrent scrapes do not interleave.
+	mu     sync.Mutex
+	source func() Gauges
 }
 
-// MetricsOptions configures NewMetrics.
-type MetricsOptions struct {
+// Options configures New.
+type Options struct {
 	// WAL adds the write-ahead log's metrics (wal_*): set it when
 	// DATA_PATH is set.
 	WAL bool
+}
+
+// Gauges are the figures read at scrape time.
+type Gauges struct {
+	Held, Waiting int
+	// Stuck counts the keys held for STUCK_AFTER or longer; OldestAge is
+	// how long the longest-held key has been held (0 when none is).
+	Stuck     int
+	OldestAge time.Duration
+	Sessions  int
+	// SessionExpirations counts the sessions ended by their TTL.
+	SessionExpirations uint64
+	// Connections is the lock port's connections being served; -1 when
+	// not known.
+	Connections int
+	// WALSize, WALCompactions and WALErrors are the log's figures (with
+	// Options.WAL).
+	WALSize                   int64
+	WALCompactions, WALErrors uint64
 }
 
 // The label values of requests_total, indexed by actionIndex. An action
@@ -58,7 +82,6 @@ type MetricsOptions struct {
 // clients cannot grow the series.
 var (
 	actionNames = [...]string{"unknown", "lock", "unlock", "reset_key", "reset_source", "trylock", "cancel", "ping", "close", "open"}
-	resultNames = [...]string{wire.ResultOK, wire.ResultFail, wire.ResultLocked, wire.ResultInvalid, wire.ResultHangUp}
 )
 
 // Bucket bounds, in seconds. Waits and holds range from a millisecond to
@@ -97,13 +120,13 @@ var families = []family{
 	{"wal_errors_total", "counter", "Write-ahead log write, fsync or compaction errors since start."},
 }
 
-// NewMetrics creates the metrics, each once, in a set of their own.
-func NewMetrics(o MetricsOptions) *Metrics {
-	s := metrics.NewSet()
+// New creates the metrics, each once, in a set of their own.
+func New(o Options) *Metrics {
+	s := vm.NewSet()
 	m := &Metrics{set: s, wal: o.WAL}
 	for a, an := range actionNames {
-		for r, rn := range resultNames {
-			m.requests[a][r] = s.NewCounter(fmt.Sprintf(`%srequests_total{action=%q,result=%q}`, prefix, an, rn))
+		for r := range wire.Results {
+			m.requests[a][r] = s.NewCounter(fmt.Sprintf(`%srequests_total{action=%q,result=%q}`, prefix, an, r))
 		}
 	}
 	m.resetKey = s.NewCounter(prefix + `resets_total{by="key"}`)
@@ -129,15 +152,12 @@ func NewMetrics(o MetricsOptions) *Metrics {
 
 // Request counts one TCP request (wire.Observer). A successful TCP reset
 // also counts in resets_total, as a web reset does.
-func (m *Metrics) Request(a wire.Action, result string) {
-	ai := actionIndex(a)
-	for ri, rn := range resultNames {
-		if rn == result {
-			m.requests[ai][ri].Inc()
-			break
-		}
+func (m *Metrics) Request(a wire.Action, r wire.Result) {
+	if r >= wire.Results {
+		return // no such result: nothing to count it as
 	}
-	if result == wire.ResultOK {
+	m.requests[actionIndex(a)][r].Inc()
+	if r == wire.ResultOK {
 		switch a {
 		case wire.ResetByKey:
 			m.resetKey.Inc()
@@ -146,6 +166,13 @@ func (m *Metrics) Request(a wire.Action, result string) {
 		}
 	}
 }
+
+// ResetByKey counts one reset by key done from the web (a TCP one is
+// counted by Request).
+func (m *Metrics) ResetByKey() { m.resetKey.Inc() }
+
+// ResetBySource counts one reset by source done from the web.
+func (m *Metrics) ResetBySource() { m.resetSource.Inc() }
 
 // actionIndex is a's position in actionNames: actions 1 to 8 in order,
 // then the session's open frame; 0 for any other byte.
@@ -181,40 +208,34 @@ func (m *Metrics) ObserveFsync(d time.Duration) {
 
 var _ wire.Observer = (*Metrics)(nil)
 
-// bind makes s the source of the gauges read at scrape time.
-func (m *Metrics) bind(s *server) {
+// SetSource makes fn the source of the gauges read at scrape time (the
+// web port's view of the table: what the dashboard shows, the metrics
+// show).
+func (m *Metrics) SetSource(fn func() Gauges) {
 	m.mu.Lock()
-	m.src = s
+	m.source = fn
 	m.mu.Unlock()
 }
 
-// refresh reads the gauges from their sources. Called with mu held.
+// refresh reads the gauges from their source. Called with mu held.
 func (m *Metrics) refresh() {
-	s := m.src
-	if s == nil {
+	if m.source == nil {
 		return
 	}
-	now := s.now()
-	v := s.view(selection{}, now) // the figures only, no rows
-	st := s.opts.Table.Stats()
-	m.sessions.Set(float64(st.Sessions))
-	m.sessionExpirations.Set(st.SessionExpirations)
-	m.held.Set(float64(v.Held))
-	m.waiters.Set(float64(v.Waiting))
-	m.stuck.Set(float64(v.Stuck))
-	age := 0.0
-	if !v.Oldest.IsZero() {
-		age = max(now.Sub(v.Oldest).Seconds(), 0)
+	g := m.source()
+	m.sessions.Set(float64(g.Sessions))
+	m.sessionExpirations.Set(g.SessionExpirations)
+	m.held.Set(float64(g.Held))
+	m.waiters.Set(float64(g.Waiting))
+	m.stuck.Set(float64(g.Stuck))
+	m.oldest.Set(max(g.OldestAge.Seconds(), 0))
+	if g.Connections >= 0 {
+		m.conns.Set(float64(g.Connections))
 	}
-	m.oldest.Set(age)
-	if s.opts.Connections != nil {
-		m.conns.Set(float64(s.opts.Connections()))
-	}
-	if m.wal && s.opts.LogStats != nil {
-		st := s.opts.LogStats()
-		m.walSize.Set(float64(st.SizeBytes))
-		m.walCompactions.Set(st.Compactions)
-		m.walErrors.Set(st.Errors)
+	if m.wal {
+		m.walSize.Set(float64(g.WALSize))
+		m.walCompactions.Set(g.WALCompactions)
+		m.walErrors.Set(g.WALErrors)
 	}
 }
 

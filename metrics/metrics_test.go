@@ -1,0 +1,84 @@
+package metrics
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/locking-center/locking-center/wire"
+)
+
+// value reads one sample from an exposition; -1 when absent.
+func value(exposition, series string) float64 {
+	for line := range strings.Lines(exposition) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func TestCountsByActionAndResult(t *testing.T) {
+	m := New(Options{})
+	m.Request(200, wire.ResultInvalid) // a byte no protocol knows
+	m.Request(wire.TryLock, wire.ResultLocked)
+	m.Request(wire.ResetByKey, wire.ResultOK)
+	m.Request(wire.Lock, wire.Results) // no such result: not counted
+	m.ConnectionRejected()
+	m.SetSource(func() Gauges { return Gauges{Held: 3, OldestAge: 2 * time.Second, Connections: -1} })
+	var buf bytes.Buffer
+	if err := m.WritePrometheus(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for series, want := range map[string]float64{
+		`locking_center_requests_total{action="unknown",result="invalid"}`: 1,
+		`locking_center_requests_total{action="trylock",result="locked"}`:  1,
+		`locking_center_requests_total{action="reset_key",result="ok"}`:    1,
+		`locking_center_resets_total{by="key"}`:                            1,
+		`locking_center_connections_rejected_total`:                        1,
+		`locking_center_held_keys`:                                         3,
+		`locking_center_oldest_hold_age_seconds`:                           2,
+	} {
+		if got := value(out, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	problems, err := promlint.New(strings.NewReader(out)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func BenchmarkCountRequest(b *testing.B) {
+	m := New(Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Request(wire.Lock, wire.ResultOK)
+		m.ObserveWait(time.Millisecond)
+	}
+}
+
+// TestLintSeesMissingHelp shows that the HELP lines are ours to write: the
+// library's bare samples fail promlint.
+func TestLintSeesMissingHelp(t *testing.T) {
+	m := New(Options{})
+	var raw bytes.Buffer
+	m.set.WritePrometheus(&raw)
+	problems, err := promlint.New(&raw).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) == 0 {
+		t.Fatal("promlint found nothing in an exposition without HELP lines; is it really linting?")
+	}
+}

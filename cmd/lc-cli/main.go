@@ -64,6 +64,9 @@ const defaultWebAddress = "localhost:22120"
 var version = ""
 
 func main() {
+	if code, ok := runAsGuard(os.Args); ok {
+		os.Exit(code)
+	}
 	a := &app{
 		stdout:  os.Stdout,
 		stderr:  os.Stderr,

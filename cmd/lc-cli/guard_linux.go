@@ -266,13 +266,17 @@ func (g *guard) stopAll(ttl time.Duration, empty <-chan struct{}) {
 	}
 	// Each round kills what the last one missed: a child forked
 	// meanwhile is adopted by the guard when its parent dies, and the
-	// next round finds it.
+	// next round, 10ms later, finds it. SIGKILL needs no more time than
+	// the kernel's to end a process: the first round is almost always
+	// the last.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	limit := time.Now().Add(guardKillLimit)
 	for {
 		select {
 		case <-empty:
+			// No child left, so no descendant: the cgroup can only
+			// hold what was moved into it from outside.
 			if g.cg == nil || len(g.cg.procs()) == 0 {
 				if g.cg != nil {
 					g.cg.remove()
@@ -289,10 +293,7 @@ func (g *guard) stopAll(ttl time.Duration, empty <-chan struct{}) {
 			g.cg.kill()
 		}
 		g.signalAll(syscall.SIGKILL)
-		select {
-		case <-tick.C:
-		case <-empty:
-		}
+		<-tick.C
 	}
 }
 

@@ -64,7 +64,10 @@ func TestKilledCLIStopsEveryProcess(t *testing.T) {
 		"setsid": `setsid sleep 120 & echo $! > "$1/grandchild.tmp"; mv "$1/grandchild.tmp" "$1/grandchild"; echo $$ > "$1/child"; wait`,
 		// The subshell ends at once: its setsid'd sleep is an orphan,
 		// adopted by whoever takes orphans in.
-		"orphan": `(setsid sleep 120 & echo $! > "$1/grandchild.tmp"; mv "$1/grandchild.tmp" "$1/grandchild"); echo $$ > "$1/child"; exec sleep 120`,
+		// sh and sleep ignore SIGTERM: only the SIGKILL after the grace
+		// ends them.
+		"ignores-term": `trap '' TERM; sleep 120 & echo $! > "$1/grandchild.tmp"; mv "$1/grandchild.tmp" "$1/grandchild"; echo $$ > "$1/child"; wait`,
+		"orphan":       `(setsid sleep 120 & echo $! > "$1/grandchild.tmp"; mv "$1/grandchild.tmp" "$1/grandchild"); echo $$ > "$1/child"; exec sleep 120`,
 	}
 	type variant struct {
 		name, script string
@@ -73,7 +76,7 @@ func TestKilledCLIStopsEveryProcess(t *testing.T) {
 	}
 	var variants []variant
 	for _, noCgroup := range []bool{false, true} {
-		for _, kind := range []string{"group", "setsid", "orphan"} {
+		for _, kind := range []string{"group", "setsid", "orphan", "ignores-term"} {
 			variants = append(variants, variant{name: kind, script: scripts[kind], noCgroup: noCgroup})
 		}
 		variants = append(variants, variant{name: "setsid-groupkill", script: scripts["setsid"], noCgroup: noCgroup, groupKill: true})
@@ -119,7 +122,7 @@ func TestKilledCLIStopsEveryProcess(t *testing.T) {
 					}
 				}
 			})
-			if v.name != "group" {
+			if v.name == "setsid" || v.name == "orphan" || v.name == "setsid-groupkill" {
 				// $! is written before the grandchild's setsid() ran.
 				eventually(t, "the grandchild to leave the command's group", func() bool {
 					pg := pgrpOf(grandchild)
@@ -168,6 +171,9 @@ func TestKilledCLIStopsEveryProcess(t *testing.T) {
 				dir += strings.TrimPrefix(cg, own)
 				eventually(t, "the command's cgroup to be removed", func() bool { _, err := os.Stat(dir); return err != nil })
 			}
+			if e := stderr(); !strings.Contains(e, "lc-cli ended while sh ran") {
+				t.Errorf("stderr %q, want the guard's line", e)
+			}
 			if freed > 2*time.Second {
 				t.Errorf("key freed %v after the kill, want within the TTL (1s) + 1s", freed)
 			}
@@ -199,4 +205,30 @@ func cgroupOf(pid int) string {
 		}
 	}
 	return ""
+}
+
+// TestLeftoverAfterTheCommandEnds: a process the command leaves running
+// in the background when it ends normally goes on, as it would without
+// lc-cli; the key is released when the command ends, and the command's
+// cgroup, if it had one, is removed.
+func TestLeftoverAfterTheCommandEnds(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	dir := t.TempDir()
+	code, _, errOut := run(t, s.env(), "lock", "guard/leftover", "--", "sh", "-c",
+		`sleep 120 >/dev/null 2>&1 & echo $! > "$1/leftover"`, "sh", dir)
+	if code != 0 {
+		t.Fatalf("status %d, stderr %q", code, errOut)
+	}
+	pid := readPID(t, filepath.Join(dir, "leftover"))
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if gone(pid) {
+		t.Fatal("the leftover was stopped when the command ended")
+	}
+	if own, cg := cgroupOf(os.Getpid()), cgroupOf(pid); cg != own {
+		t.Errorf("the leftover is in cgroup %q, want the test's own %q (the command's removed)", cg, own)
+	}
+	if !s.free(t, "guard/leftover") {
+		t.Error("key still held after the command ended")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,7 +38,8 @@ type job struct {
 	// events are the guard's reports (guard_linux.go).
 	events *bufio.Reader
 	// life is the write end of the pipe whose EOF tells the guard that
-	// lc-cli is gone; it is never written, and closed only by the exit.
+	// lc-cli is gone; it is never written, and closed only by the exit
+	// (or the garbage collector, once the command has ended).
 	life *os.File
 	pgid int
 	// cgroup is the command's cgroup directory, "" when it has none.
@@ -46,10 +48,6 @@ type job struct {
 	// has none among stdin, stdout and stderr.
 	tty int
 }
-
-// guardLives holds every job's life pipe until lc-cli exits: a pipe only
-// a job held could be closed by its finalizer once the job is dropped.
-var guardLives []*os.File
 
 // startError is a command that could not be started.
 type startError struct {
@@ -68,11 +66,11 @@ func startJob(cmd *exec.Cmd, ttl time.Duration) (*job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guard pipe: %w", err)
 	}
-	guardLives = append(guardLives, lifeW)
 	j.life = lifeW
 	evR, evW, err := os.Pipe()
 	if err != nil {
 		lifeR.Close()
+		lifeW.Close()
 		return nil, fmt.Errorf("guard pipe: %w", err)
 	}
 	args := append([]string{os.Args[0], guardArg, strconv.FormatInt(ttl.Milliseconds(), 10), "--"}, cmd.Args...)
@@ -86,6 +84,7 @@ func startJob(cmd *exec.Cmd, ttl time.Duration) (*job, error) {
 	evW.Close()
 	if err != nil {
 		evR.Close()
+		lifeW.Close()
 		return nil, fmt.Errorf("start the command's guard: %w", err)
 	}
 	j.events = bufio.NewReader(evR)
@@ -181,6 +180,8 @@ func (j *job) signal(sig os.Signal) {
 // terminal (Ctrl-Z), lc-cli stops too, so that the shell sees its job
 // stopped and takes the terminal back; on fg or bg both go on.
 func (j *job) wait() (int, error) {
+	// The life pipe's finalizer must not close it while the command runs.
+	defer runtime.KeepAlive(j.life)
 	for {
 		ev, arg, err := j.next()
 		switch {

@@ -29,6 +29,9 @@ const (
 type hold struct {
 	// token is the grant's fencing token, passed as LC_FENCING_TOKEN.
 	token uint64
+	// ttl is the TTL of the session holding the key: if lc-cli dies, the
+	// server releases the key that long after lc-cli's last frame.
+	ttl time.Duration
 	// lost is closed when the session holding the key ends without lc-cli
 	// having asked for it.
 	lost <-chan struct{}
@@ -49,13 +52,10 @@ func (a *app) runLocked(h hold, sigs <-chan os.Signal, key string, argv []string
 	cmd.Env = append(os.Environ(), "LC_KEY="+key, "LC_ADDRESS="+a.address,
 		"LC_FENCING_TOKEN="+strconv.FormatUint(h.token, 10))
 
-	j, err := startJob(cmd)
+	j, err := startJob(cmd, h.ttl)
 	if err != nil {
-		code := exitCannotRun
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
-		}
-		fmt.Fprintf(a.stderr, "lc-cli: cannot run %s: %s\n", printable(argv[0]), rootCause(err))
+		code, msg := startFailure(err)
+		fmt.Fprintf(a.stderr, "lc-cli: cannot run %s: %s\n", printable(argv[0]), msg)
 		h.release(false)
 		return code, nil
 	}
@@ -94,6 +94,19 @@ func (a *app) runLocked(h hold, sigs <-chan os.Signal, key string, argv []string
 		return exitSessionLost, nil
 	}
 	return code, nil
+}
+
+// startFailure is the exit status and the reason for a command that could
+// not be started: 127 when it was not found, 126 otherwise, as the shells.
+func startFailure(err error) (code int, msg string) {
+	var se *startError
+	switch {
+	case errors.As(err, &se):
+		return se.code, se.msg
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		return exitNotFound, rootCause(err)
+	}
+	return exitCannotRun, rootCause(err)
 }
 
 // releaseOrSay releases a v1 hold of key and prints one line on stderr

@@ -70,7 +70,8 @@ that grows with every grant: a resource that remembers the highest token it
 has seen can refuse a holder whose turn has passed).
 
 The session belongs to this lc-cli: if lc-cli is killed, or its machine
-dies, the server releases KEY one TTL later. If the session is lost while
+dies, the server releases KEY one TTL later; a killed lc-cli's guard has
+ended CMD and every process it started by then. If the session is lost while
 CMD runs (the server unreachable past the TTL, or the session ended from
 the dashboard), lc-cli says so, sends CMD SIGTERM and exits 4 once CMD has
 ended. The release is one Unlock of this grant only: a key reset and taken

@@ -1,20 +1,32 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // job is the command run under a lock, in a process group of its own: a
 // signal passed on reaches everything it started (sh -c 'a; b' included),
-// so nothing is left running after it, and nothing else in lc-cli's own
-// group (the calling script, a pipeline) is touched.
+// and nothing else in lc-cli's own group (the calling script, a pipeline)
+// is touched.
+//
+// Its parent is not lc-cli but a guard (guard_linux.go): lc-cli run again
+// in a hidden mode, which outlives lc-cli. If lc-cli dies without passing
+// anything on (SIGKILL, the OOM killer, a crash), the guard ends the
+// command and every process it started — in its group or not, in its
+// cgroup where the machine gives one — well before the server releases
+// the key one TTL later: the key is never free while one of them runs.
 //
 // When lc-cli runs in the foreground of a terminal, the command's group is
 // made the terminal's foreground group, as a shell does for a job: Ctrl-C
@@ -22,40 +34,130 @@ import (
 // command stops on a terminal (Ctrl-Z, or reading it from the background),
 // lc-cli stops too, so that the shell's fg and bg resume both.
 type job struct {
-	cmd  *exec.Cmd
+	guard *exec.Cmd
+	// events are the guard's reports (guard_linux.go).
+	events *bufio.Reader
+	// life is the write end of the pipe whose EOF tells the guard that
+	// lc-cli is gone; it is never written, and closed only by the exit
+	// (or the garbage collector, once the command has ended).
+	life *os.File
 	pgid int
+	// cgroup is the command's cgroup directory, "" when it has none.
+	cgroup string
 	// tty is a descriptor of lc-cli's controlling terminal, -1 when it
 	// has none among stdin, stdout and stderr.
 	tty int
 }
 
-func startJob(cmd *exec.Cmd) (*job, error) {
-	j := &job{cmd: cmd, tty: -1}
-	// Pdeathsig: if lc-cli dies without passing anything on (SIGKILL, a
-	// crash), the kernel sends the command SIGTERM, so no orphan runs on.
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+// startError is a command that could not be started.
+type startError struct {
+	code int // exitCannotRun or exitNotFound
+	msg  string
+}
+
+func (e *startError) Error() string { return e.msg }
+
+// startJob starts the guard, which starts cmd (its Args, Env and standard
+// files); ttl is the TTL of the session holding the key.
+func startJob(cmd *exec.Cmd, ttl time.Duration) (*job, error) {
+	j := &job{tty: -1}
+	j.tty, _ = controllingTTY()
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("guard pipe: %w", err)
+	}
+	j.life = lifeW
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		lifeR.Close()
+		lifeW.Close()
+		return nil, fmt.Errorf("guard pipe: %w", err)
+	}
+	args := append([]string{os.Args[0], guardArg, strconv.FormatInt(ttl.Milliseconds(), 10), "--"}, cmd.Args...)
+	// /proc/self/exe: this very binary, even if a newer one replaced it
+	// on disk meanwhile.
+	j.guard = &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: cmd.Env,
+		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		ExtraFiles: []*os.File{lifeR, evW}} // fds 3 and 4: guardLifeFD, guardEventsFD
+	err = j.guard.Start()
+	lifeR.Close()
+	evW.Close()
+	if err != nil {
+		evR.Close()
+		lifeW.Close()
+		return nil, fmt.Errorf("start the command's guard: %w", err)
+	}
+	j.events = bufio.NewReader(evR)
+	ev, arg, err := j.next()
+	switch {
+	case err != nil:
+		j.reapGuard()
+		return nil, err
+	case ev == "error":
+		j.reapGuard()
+		code, msg, _ := strings.Cut(arg, " ")
+		se := &startError{code: exitCannotRun, msg: msg}
+		if n, err := strconv.Atoi(code); err == nil {
+			se.code = n
+		}
+		return nil, se
+	case ev != "started":
+		j.reapGuard()
+		return nil, fmt.Errorf("the command's guard said %q, want started", ev)
+	}
+	pid, cg, _ := strings.Cut(arg, " ")
+	if j.pgid, err = strconv.Atoi(pid); err != nil || j.pgid <= 0 {
+		j.killGroup()
+		return nil, fmt.Errorf("the command's guard said started %q", arg)
+	}
+	if cg != "-" {
+		j.cgroup = cg
+	}
+	return j, nil
+}
+
+// next reads the guard's next event: its word and the rest of the line.
+func (j *job) next() (ev, arg string, err error) {
+	line, err := j.events.ReadString('\n')
+	if err != nil {
+		return "", "", errors.New("the command's guard ended unexpectedly")
+	}
+	ev, arg, _ = strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	return ev, arg, nil
+}
+
+// reapGuard waits for the guard to exit; it does once it has reported the
+// command's end.
+func (j *job) reapGuard() {
+	_ = j.guard.Wait()
+}
+
+// killGroup kills what is left of the command after its guard ended
+// unexpectedly: its group, and its cgroup where it has one (orphans
+// adopted by the guard went to init with it).
+func (j *job) killGroup() {
+	if j.pgid > 0 {
+		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+	}
+	if j.cgroup != "" {
+		_ = os.WriteFile(j.cgroup+"/cgroup.kill", []byte("1"), 0)
+	}
+	j.reapGuard()
+}
+
+// controllingTTY returns a descriptor among stdin, stdout and stderr that
+// is lc-cli's controlling terminal (-1 when none is), and whether lc-cli's
+// group is that terminal's foreground group.
+func controllingTTY() (fd int, foreground bool) {
 	for _, f := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 		fd := int(f.Fd())
 		pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
 		if err != nil {
 			continue // not lc-cli's controlling terminal
 		}
-		j.tty = fd
-		if pg == unix.Getpgrp() {
-			attr.Foreground, attr.Ctty = true, fd
-		}
-		break
+		return fd, pg == unix.Getpgrp()
 	}
-	cmd.SysProcAttr = attr
-	// The parent-death signal fires when the thread that started the child
-	// ends, not the process: keep this goroutine on its thread for good
-	// (the thread ends with the process).
-	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	j.pgid = cmd.Process.Pid
-	return j, nil
+	return -1, false
 }
 
 // foregroundOn reports whether fd is a terminal whose foreground process
@@ -78,24 +180,24 @@ func (j *job) signal(sig os.Signal) {
 // terminal (Ctrl-Z), lc-cli stops too, so that the shell sees its job
 // stopped and takes the terminal back; on fg or bg both go on.
 func (j *job) wait() (int, error) {
-	pid := j.cmd.Process.Pid
-	defer j.cmd.Process.Release() // reaped here, not by cmd.Wait
+	// The life pipe's finalizer must not close it while the command runs.
+	defer runtime.KeepAlive(j.life)
 	for {
-		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil)
+		ev, arg, err := j.next()
 		switch {
-		case errors.Is(err, syscall.EINTR):
-			continue
 		case err != nil:
 			j.takeTerminal()
-			return exitCannotRun, err
-		case ws.Exited():
+			j.killGroup()
+			return exitCannotRun, fmt.Errorf("%w; its process group was killed", err)
+		case ev == "exit":
 			j.takeTerminal()
-			return ws.ExitStatus(), nil
-		case ws.Signaled():
-			j.takeTerminal()
-			return 128 + int(ws.Signal()), nil
-		case ws.Stopped() && j.tty >= 0:
+			j.reapGuard()
+			code, err := strconv.Atoi(arg)
+			if err != nil {
+				return exitCannotRun, fmt.Errorf("the command's guard said exit %q", arg)
+			}
+			return code, nil
+		case ev == "stopped" && j.tty >= 0:
 			j.suspend()
 		}
 	}

@@ -10,7 +10,9 @@
 //     lc-cli: CMD gets the grant's fencing token in LC_FENCING_TOKEN; the
 //     key is released when CMD ends, however it ends, by an Unlock of that
 //     grant only (a key reset and taken by another meanwhile stays
-//     theirs); if lc-cli dies, the server releases it one TTL later.
+//     theirs); if lc-cli dies, the server releases it one TTL later,
+//     and a guard that outlives lc-cli has ended CMD and every process it
+//     started before that (job_linux.go, guard_linux.go).
 //     lc-cli exits with CMD's status (128+n when signal n killed it).
 //   - If that session is lost while CMD runs, lc-cli says so, sends CMD
 //     SIGTERM, and exits 4 once CMD has ended.
@@ -64,6 +66,9 @@ const defaultWebAddress = "localhost:22120"
 var version = ""
 
 func main() {
+	if code, ok := runAsGuard(os.Args); ok {
+		os.Exit(code)
+	}
 	a := &app{
 		stdout:  os.Stdout,
 		stderr:  os.Stderr,

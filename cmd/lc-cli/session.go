@@ -69,7 +69,7 @@ func (a *app) lockInSession(ctx context.Context, sigs <-chan os.Signal, op, key 
 			return signalStatus(sig), nil
 		}
 	}
-	h := hold{token: token, lost: s.Done(), lostWhy: s.Err,
+	h := hold{token: token, ttl: s.TTL(), lost: s.Done(), lostWhy: s.Err,
 		release: func(lostSaid bool) { a.endSession(s, key, token, lostSaid) }}
 	return a.runLocked(h, sigs, key, child)
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"time"
 )
 
 // isTerminal is false off Linux: the status line is not drawn there.
@@ -16,7 +17,20 @@ func termWidth(*os.File) int { return 80 }
 // process group and signals are passed on to the command alone.
 type job struct{ cmd *exec.Cmd }
 
-func startJob(cmd *exec.Cmd) (*job, error) { return &job{cmd: cmd}, cmd.Start() }
+// startJob starts cmd. Off Linux there is no guard: if lc-cli dies, the
+// command runs on (ttl is unused).
+func startJob(cmd *exec.Cmd, _ time.Duration) (*job, error) { return &job{cmd: cmd}, cmd.Start() }
+
+// startError is never made off Linux (see job_linux.go).
+type startError struct {
+	code int
+	msg  string
+}
+
+func (e *startError) Error() string { return e.msg }
+
+// runAsGuard is false off Linux: there is no guard mode.
+func runAsGuard([]string) (int, bool) { return 0, false }
 
 func (j *job) signal(sig os.Signal) { _ = j.cmd.Process.Signal(sig) }
 

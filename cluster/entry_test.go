@@ -17,7 +17,7 @@ func sampleEntries() []*Entry {
 		Holder: locker.Holder{Source: "billing", Remote: "10.0.0.7:5123"}, Since: since}
 	sess := locker.Change{Key: "ключ", Token: 1 << 62, Grant: true,
 		Holder: locker.Holder{Source: "svc", Remote: "[::1]:9", Session: 0xdeadbeefcafef00d, Origin: locker.Origin{Action: locker.OriginTryLock, ID: 1<<32 - 1}},
-		Since: since, TTL: 30 * time.Second}
+		Since:  since, TTL: 30 * time.Second}
 	rel := locker.Change{Key: "orders/17", Token: 1_800_000_000_000_001}
 	return []*Entry{
 		{Kind: KindBatch, Term: 3, Changes: []locker.Change{rel, v1}},

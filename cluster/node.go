@@ -217,7 +217,10 @@ func (n *Node) Close() error {
 		err = n.raft.Shutdown().Error()
 		close(n.done)
 		n.wg.Wait()
-		n.trans.Close() // raft closes it too; a second Close does nothing
+		// Raft closes the transport but not its pool of connections to
+		// the others, whose readers there would wait on them.
+		n.trans.CloseStreams()
+		n.trans.Close()
 		if cerr := n.store.Close(); err == nil {
 			err = cerr
 		}

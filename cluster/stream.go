@@ -58,9 +58,23 @@ type streamLayer struct {
 	closed  bool
 }
 
-// track records c as in handshake (false once Close has begun: c must be
-// closed at once) and untrack forgets it, so that Close need not wait out
-// a silent peer's handshake timeout.
+// ownedConn is a connection the stream layer handed to raft: it stays in
+// pending until raft closes it, so that Close can end it. Raft's transport
+// does not close the connections it accepted when it shuts down; their
+// readers would wait on peers that may never hang up.
+type ownedConn struct {
+	net.Conn
+	s *streamLayer
+}
+
+func (c ownedConn) Close() error {
+	c.s.untrack(c.Conn)
+	return c.Conn.Close()
+}
+
+// track records c as open (false once Close has begun: c must be closed at
+// once) and untrack forgets it, so that Close need not wait out a silent
+// peer's handshake timeout, nor leave raft reading a connection.
 func (s *streamLayer) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,8 +136,8 @@ func (s *streamLayer) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			err := acceptHandshake(c, s.token)
-			s.untrack(c)
 			if err != nil {
+				s.untrack(c)
 				select {
 				case <-s.done: // closed by Close, not refused
 				default:
@@ -133,8 +147,9 @@ func (s *streamLayer) acceptLoop() {
 				return
 			}
 			select {
-			case s.conns <- c:
+			case s.conns <- ownedConn{c, s}:
 			case <-s.done:
+				s.untrack(c)
 				c.Close()
 			}
 		}()

@@ -270,7 +270,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 
 	// The old leader comes back on its RAFT_DIR, with its state, and
 	// catches up as a follower.
-	if strings.Contains(l.logs.String(), "level=ERROR msg=\"cluster: refused a raft entry that contradicts") == false {
+	if !strings.Contains(l.logs.String(), `level=ERROR msg="cluster: refused a raft entry that contradicts`) {
 		t.Errorf("the contradiction was not logged loudly")
 	}
 	l.start(t)
@@ -352,8 +352,12 @@ func TestClusterWrongTokenNeverJoins(t *testing.T) {
 	if st, applied := dump(out.FSM()); applied != 0 || len(st.Holds) != 0 {
 		t.Fatalf("the outsider applied %d: %+v", applied, st)
 	}
-	if strings.Contains(nodes[2].logs.String(), "refused a cluster-port connection") == false {
+	if !strings.Contains(nodes[2].logs.String(), "refused a cluster-port connection") {
 		t.Errorf("the outsider did not log the refusal of the others")
+	}
+	// Raft's own logs reach slog, with their level.
+	if !strings.Contains(l.logs.String(), `level=INFO msg="raft: entering leader state"`) {
+		t.Errorf("raft's logs did not reach slog:\n%s", l.logs.String())
 	}
 }
 

@@ -23,8 +23,9 @@ const (
 var ErrContradiction = errors.New("change contradicts the table")
 
 // State is the durable part of the lock table: every held key with its
-// grant, the sessions that hold keys, and the highest token ever handed
-// out. It changes only through Apply, Raise and (for a log written before
+// grant, the sessions that hold keys or were opened, and the highest token
+// ever handed out. It changes only through Apply, ApplyBatch, Raise,
+// OpenSession, ResumeSession, EndSession and (for a log written before
 // tokens) Retoken, and is a pure function of
 // what was applied, in order: it reads no clock, draws no random number,
 // knows no connection and has no lock of its own (its owner applies one
@@ -36,10 +37,26 @@ var ErrContradiction = errors.New("change contradicts the table")
 // in it: they are the engine's, and none of them survives a restart.
 type State struct {
 	holds map[string]Grant
-	// sessions counts the keys each session holds: a session is in the
-	// State while it holds something.
-	sessions map[SessionID]int
+	// sessions holds every session the State knows: one that holds keys
+	// (all a single node's log knows of sessions), or one opened by
+	// OpenSession and not ended (a cluster's log records opens and ends).
+	sessions map[SessionID]SessionRecord
 	high     uint64
+}
+
+// SessionRecord is a session as a State keeps it.
+type SessionRecord struct {
+	// Source, Remote and TTL are those of the open, or, for a session
+	// known only by its holds, of the grant that made it known.
+	Source string
+	Remote string
+	TTL    time.Duration
+	// Holds counts the keys the session holds.
+	Holds int
+	// Open is true for a session opened by OpenSession: it stays in the
+	// State without holds until EndSession. A session known only by its
+	// holds leaves the State with its last hold.
+	Open bool
 }
 
 // Grant is a held key as a State keeps it.
@@ -53,7 +70,7 @@ type Grant struct {
 
 // NewState returns an empty State with room for about n held keys.
 func NewState(n int) *State {
-	return &State{holds: make(map[string]Grant, n), sessions: make(map[SessionID]int)}
+	return &State{holds: make(map[string]Grant, n), sessions: make(map[SessionID]SessionRecord)}
 }
 
 // Apply applies one change: a grant of a free key, or the release of a
@@ -70,23 +87,166 @@ func (s *State) Apply(c Change) error {
 	if err := s.check(c); err != nil {
 		return fmt.Errorf("%w: %w", ErrContradiction, err)
 	}
+	s.apply(c)
+	return nil
+}
+
+// apply applies c, which check accepted.
+func (s *State) apply(c Change) {
 	if c.Grant {
 		s.holds[c.Key] = Grant{Token: c.Token, Holder: c.Holder, Since: c.Since, TTL: c.TTL}
-		if c.Holder.Session != 0 {
-			s.sessions[c.Holder.Session]++
+		if id := c.Holder.Session; id != 0 {
+			r, ok := s.sessions[id]
+			if !ok {
+				r = SessionRecord{Source: c.Holder.Source, Remote: c.Holder.Remote, TTL: c.TTL}
+			}
+			r.Holds++
+			s.sessions[id] = r
 		}
 		s.high = max(s.high, c.Token)
-		return nil
+		return
 	}
 	g := s.holds[c.Key]
 	delete(s.holds, c.Key)
 	if id := g.Holder.Session; id != 0 {
-		if s.sessions[id]--; s.sessions[id] <= 0 {
+		r := s.sessions[id]
+		if r.Holds--; r.Holds <= 0 && !r.Open {
 			delete(s.sessions, id)
+		} else {
+			s.sessions[id] = r
 		}
 	}
 	s.high = max(s.high, c.Token)
+}
+
+// undo is what one applied change replaced, so that ApplyBatch can put it
+// back exactly.
+type undo struct {
+	key     string
+	grant   Grant
+	held    bool
+	session SessionID
+	record  SessionRecord
+	known   bool
+}
+
+// ApplyBatch applies batch in order and then, if end is not 0, ends that
+// session (see EndSession): all of it or nothing. A batch is what one
+// journal commit covers — a release and the grant it hands over, a
+// session's end with all its releases — so a change of it that is refused
+// takes back the ones before it, and the error wraps ErrContradiction.
+func (s *State) ApplyBatch(batch []Change, end SessionID) error {
+	high := s.high
+	done := make([]undo, 0, len(batch))
+	for i, c := range batch {
+		if err := s.check(c); err != nil {
+			s.rollback(done, high)
+			return fmt.Errorf("%w: change %d of %d: %w", ErrContradiction, i+1, len(batch), err)
+		}
+		u := undo{key: c.Key}
+		u.grant, u.held = s.holds[c.Key]
+		if c.Grant {
+			u.session = c.Holder.Session
+		} else {
+			u.session = u.grant.Holder.Session
+		}
+		if u.session != 0 {
+			u.record, u.known = s.sessions[u.session]
+		}
+		s.apply(c)
+		done = append(done, u)
+	}
+	if end != 0 {
+		if err := s.EndSession(end); err != nil {
+			s.rollback(done, high)
+			return err
+		}
+	}
 	return nil
+}
+
+// rollback takes back the changes done recorded, last first.
+func (s *State) rollback(done []undo, high uint64) {
+	for i := len(done) - 1; i >= 0; i-- {
+		u := done[i]
+		if u.held {
+			s.holds[u.key] = u.grant
+		} else {
+			delete(s.holds, u.key)
+		}
+		if u.session != 0 {
+			if u.known {
+				s.sessions[u.session] = u.record
+			} else {
+				delete(s.sessions, u.session)
+			}
+		}
+	}
+	s.high = high
+}
+
+// OpenSession records the open of session id from source at remote with
+// a TTL of ttl. An id of 0, a TTL outside MinSessionTTL … MaxSessionTTL or
+// an id the State already knows is refused with an error wrapping
+// ErrContradiction (ids are 64 random bits: the engine never opens one
+// twice), and changes nothing.
+func (s *State) OpenSession(id SessionID, source, remote string, ttl time.Duration) error {
+	switch _, known := s.sessions[id]; {
+	case id == 0:
+		return fmt.Errorf("%w: open of session 0", ErrContradiction)
+	case ttl < MinSessionTTL || ttl > MaxSessionTTL:
+		return fmt.Errorf("%w: open of session %s with a TTL of %v, outside %v … %v", ErrContradiction, id, ttl, MinSessionTTL, MaxSessionTTL)
+	case known:
+		return fmt.Errorf("%w: open of session %s, which is already known", ErrContradiction, id)
+	}
+	s.sessions[id] = SessionRecord{Source: source, Remote: remote, TTL: ttl, Open: true}
+	return nil
+}
+
+// ResumeSession records that open session id now speaks from remote. A
+// session that is not open is refused with an error wrapping
+// ErrContradiction.
+func (s *State) ResumeSession(id SessionID, remote string) error {
+	r, ok := s.sessions[id]
+	if !ok || !r.Open {
+		return fmt.Errorf("%w: resume of session %s, which is not open", ErrContradiction, id)
+	}
+	r.Remote = remote
+	s.sessions[id] = r
+	return nil
+}
+
+// EndSession records the end of open session id, which must hold nothing
+// by then (its releases come first, in the same batch: see ApplyBatch).
+// Otherwise it is refused with an error wrapping ErrContradiction, and
+// changes nothing.
+func (s *State) EndSession(id SessionID) error {
+	r, ok := s.sessions[id]
+	switch {
+	case !ok || !r.Open:
+		return fmt.Errorf("%w: end of session %s, which is not open", ErrContradiction, id)
+	case r.Holds > 0:
+		return fmt.Errorf("%w: end of session %s, which still holds %d keys", ErrContradiction, id, r.Holds)
+	}
+	delete(s.sessions, id)
+	return nil
+}
+
+// Session returns session id's record; ok is false when the State does not
+// know it.
+func (s *State) Session(id SessionID) (r SessionRecord, ok bool) {
+	r, ok = s.sessions[id]
+	return r, ok
+}
+
+// EachSession calls fn with every session the State knows, in no
+// particular order, until fn returns false. fn must not change the State.
+func (s *State) EachSession(fn func(id SessionID, r SessionRecord) bool) {
+	for id, r := range s.sessions {
+		if !fn(id, r) {
+			return
+		}
+	}
 }
 
 // check says why c cannot follow what was applied, or nil.
@@ -150,7 +310,8 @@ func (s *State) Held(key string) (g Grant, ok bool) {
 // Len returns how many keys are held.
 func (s *State) Len() int { return len(s.holds) }
 
-// Sessions returns how many sessions hold keys.
+// Sessions returns how many sessions the State knows: those that hold
+// keys, and those opened and not ended.
 func (s *State) Sessions() int { return len(s.sessions) }
 
 // HighToken returns the highest token applied or raised to.

@@ -53,3 +53,83 @@ func TestStateAppliesAndRefuses(t *testing.T) {
 		t.Fatalf("after the releases: %d held, %d sessions, high %d", s.Len(), s.Sessions(), s.HighToken())
 	}
 }
+
+func TestStateBatchIsAllOrNothing(t *testing.T) {
+	s := NewState(0)
+	if err := s.OpenSession(7, "svc", "10.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	a := Change{Key: "a", Token: 10, Grant: true, Holder: Holder{Source: "svc", Session: 7}, TTL: time.Minute}
+	if err := s.ApplyBatch([]Change{a}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A handover of a followed by a release of a free key: the second is
+	// refused, and the handover is taken back with it.
+	bad := []Change{{Key: "a", Token: 10}, {Key: "a", Token: 11, Grant: true, Holder: Holder{Source: "v1"}}, {Key: "zz", Token: 3}}
+	if err := s.ApplyBatch(bad, 0); !errors.Is(err, ErrContradiction) {
+		t.Fatalf("ApplyBatch = %v; want ErrContradiction", err)
+	}
+	if g, ok := s.Held("a"); !ok || g.Token != 10 || g.Holder.Session != 7 || s.HighToken() != 10 {
+		t.Fatalf("after a refused batch: a = %+v %v, high %d", g, ok, s.HighToken())
+	}
+	if r, _ := s.Session(7); r.Holds != 1 || !r.Open {
+		t.Fatalf("session after a refused batch: %+v", r)
+	}
+	// An end while the session still holds a is refused, and so is the
+	// release before it.
+	if err := s.ApplyBatch([]Change{{Key: "a", Token: 10}, a}, 7); !errors.Is(err, ErrContradiction) {
+		t.Fatalf("end with a hold left = %v", err)
+	}
+	if r, ok := s.Session(7); !ok || r.Holds != 1 {
+		t.Fatalf("session after a refused end: %+v %v", r, ok)
+	}
+	if err := s.ResumeSession(7, "10.0.0.2:2"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Session(7); r.Remote != "10.0.0.2:2" {
+		t.Fatalf("resume did not move the session: %+v", r)
+	}
+	if err := s.ApplyBatch([]Change{{Key: "a", Token: 10}}, 7); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 0 || s.Sessions() != 0 {
+		t.Fatalf("after the end: %d held, %d sessions", s.Len(), s.Sessions())
+	}
+}
+
+func TestStateSessionsRefuse(t *testing.T) {
+	s := NewState(0)
+	if err := s.OpenSession(1, "svc", "r", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"open of 0":           s.OpenSession(0, "svc", "r", time.Minute),
+		"open twice":          s.OpenSession(1, "svc", "r", time.Minute),
+		"open with a TTL 0":   s.OpenSession(2, "svc", "r", 0),
+		"resume of unknown":   s.ResumeSession(3, "r"),
+		"end of unknown":      s.EndSession(3),
+		"open with TTL 1 day": s.OpenSession(4, "svc", "r", 24*time.Hour),
+	} {
+		if !errors.Is(err, ErrContradiction) {
+			t.Errorf("%s: %v; want ErrContradiction", name, err)
+		}
+	}
+	if s.Sessions() != 1 {
+		t.Fatalf("refused opens changed the state: %d sessions", s.Sessions())
+	}
+	// An opened session stays without holds; one known by its holds only
+	// leaves with its last.
+	g := Change{Key: "k", Token: 5, Grant: true, Holder: Holder{Session: 9}, TTL: time.Minute}
+	if err := s.Apply(g); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := s.Session(9); !ok || r.Open || r.Holds != 1 {
+		t.Fatalf("session known by its hold: %+v %v", r, ok)
+	}
+	if err := s.Apply(Change{Key: "k", Token: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Session(9); ok || s.Sessions() != 1 {
+		t.Fatalf("a session known by its hold outlived it: %d sessions", s.Sessions())
+	}
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -77,6 +78,10 @@ type Server struct {
 	// AuthToken, when set, must be presented by every session open, and
 	// every v1 frame is answered '-'.
 	AuthToken string
+	// TLSConfig, when set, makes every connection TLS: both protocols run
+	// inside it unchanged (tls.go). Its certificate callbacks may swap the
+	// certificate between handshakes.
+	TLSConfig *tls.Config
 
 	initOnce  sync.Once
 	ctx       context.Context // cancelled by Shutdown: ends every wait
@@ -92,8 +97,10 @@ type Server struct {
 	// (kept only with MaxConnectionsPerPeer > 0).
 	peerMu sync.Mutex
 	byPeer map[netip.Addr]int
-	// refusedLog paces the refusal lines.
-	refusedLog logLimiter
+	// refusedLog paces the refusal lines, handshakeLog the failed TLS
+	// handshakes.
+	refusedLog   logLimiter
+	handshakeLog logLimiter
 
 	mu        sync.Mutex // guards the fields below, which Shutdown walks
 	listeners map[net.Listener]struct{}
@@ -121,6 +128,7 @@ func (s *Server) init() {
 		s.ctx, s.stop = context.WithCancel(context.Background())
 		s.byPeer = make(map[netip.Addr]int)
 		s.refusedLog.interval = time.Second
+		s.handshakeLog.interval = time.Second
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 	})
@@ -168,6 +176,10 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
+		if s.TLSConfig != nil {
+			// Before the limits, so that a refusal is sent inside TLS.
+			c = s.wrapTLS(c)
+		}
 		if s.active.Add(1) > int64(s.MaxConnections) {
 			s.active.Add(-1)
 			s.reject(c, "at the connection limit", s.MaxConnections)
@@ -341,6 +353,9 @@ func (s *Server) handle(c net.Conn, peer netip.Addr) {
 	defer s.untrack(c)
 	defer c.Close()
 
+	if !s.handshake(c) {
+		return
+	}
 	_ = c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
 	var buf [MaxFrame + 1]byte
 	n, err := c.Read(buf[:])

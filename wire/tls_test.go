@@ -59,7 +59,20 @@ func TestTLSBothProtocols(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "ghost withdrawn", func() bool { return ts.queued("k") == 0 })
+	// A waiter that stays is granted when the key is unlocked: its
+	// watcher's read, stopped by a deadline, leaves the TLS stream usable.
+	live := ts.send(t, frame(Lock, "k", "live"))
+	waitUntil(t, "live queued", func() bool { return ts.queued("k") == 1 })
 	if a := ts.ask(t, Unlock, "k", "holder"); a != AnswerOK {
+		t.Fatalf("Unlock over TLS: %q", a)
+	}
+	if a := answer(t, live); a != AnswerOK {
+		t.Fatalf("the waiter over TLS answered %q after the unlock", a)
+	}
+	if ki, _ := ts.Table.Key("k"); ki.Holder.Source != "live" {
+		t.Fatalf("holder %q, want live", ki.Holder.Source)
+	}
+	if a := ts.ask(t, Unlock, "k", ""); a != AnswerOK {
 		t.Fatalf("Unlock over TLS: %q", a)
 	}
 

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/metrics"
+	"github.com/locking-center/locking-center/tlsconf"
 	"github.com/locking-center/locking-center/walog"
 	"github.com/locking-center/locking-center/web"
 	"github.com/locking-center/locking-center/wire"
@@ -77,6 +79,8 @@ Environment:
   WEB_ALLOWED_HOSTS  further Host names the web port answers for (comma-separated)
   WEB_MAX_CONNECTIONS  concurrent web connections           (default 256)
   WEB_MAX_CONNECTIONS_PER_PEER  per IP address; -1 = no bound (default a quarter)
+  TLS_CERT, TLS_KEY  PEM files: both ports speak TLS only (reloaded on SIGHUP and on change)
+  TLS_CLIENT_CA    PEM bundle: lock-port clients must show a certificate it signed
 `
 
 // ready is told the listeners' addresses once both listen; tests use it.
@@ -91,6 +95,15 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
+	var certs *tlsconf.Store
+	if cfg.TLSCert != "" {
+		if certs, err = tlsconf.Load(tlsconf.Files{Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA}, logger); err != nil {
+			return tlsError(err)
+		}
+		leaf := certs.Leaf()
+		logger.Info("tls certificate loaded", "serial", leaf.SerialNumber.Text(16), "subject", leaf.Subject.String(),
+			"not_after", leaf.NotAfter.UTC(), "client_ca", cfg.TLSClientCA != "")
+	}
 
 	meters := metrics.New(metrics.Options{WAL: cfg.DataPath != ""})
 	topts := locker.Options{OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
@@ -115,6 +128,9 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		Observer:              meters,
 		SessionTTL:            cfg.SessionTTL,
 		AuthToken:             cfg.AuthToken,
+	}
+	if certs != nil {
+		srv.TLSConfig = certs.LockConfig()
 	}
 
 	// Keepalive probes matter only to a waiter, which wire turns them on
@@ -151,12 +167,25 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 			MaxConnections:        cfg.WebMaxConnections,
 			MaxConnectionsPerPeer: cfg.WebMaxConnectionsPerPeer,
 		}
+		if certs != nil {
+			webOpts.TLSConfig = certs.WebConfig()
+		}
 		webSrv = web.NewHTTPServer(web.New(webOpts))
 		webLn = webOpts.Listener(webLn) // bounded, per peer too
 	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	if certs != nil {
+		// SIGHUP and a change of the files reload the certificates; each
+		// new handshake takes the set in use, open connections keep theirs.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() { certs.Watch(watchCtx, certPoll, hup) })
+	}
 	if webSrv != nil {
 		wg.Go(func() {
 			if err := webSrv.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
@@ -188,7 +217,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		replayed.Store(true)
 		logger.Info("locking-center started", "version", version, "bind", tcpLn.Addr().String(),
 			"web", addrOrOff(webLn), "persistence", cfg.DataPath != "", "max_connections", cfg.MaxConnections,
-			"max_connections_per_peer", cfg.MaxConnectionsPerPeer)
+			"max_connections_per_peer", cfg.MaxConnectionsPerPeer, "tls", certs != nil)
 		logReach(logger, cfg, tcpLn, webLn)
 		wg.Go(func() {
 			if err := srv.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
@@ -220,6 +249,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 		}
 	}
 	stopExpiry()
+	stopWatch()
 	wg.Wait()
 	// Every acknowledged record is already fsynced; Close answers what is
 	// still queued and closes the file.
@@ -231,6 +261,19 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// certPoll is how often the TLS files are checked for a change.
+const certPoll = time.Second
+
+// tlsError names the variable of the file tlsconf refused.
+func tlsError(err error) error {
+	var fe *tlsconf.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("TLS_CERT: %w", err)
+	}
+	name := map[tlsconf.Role]string{tlsconf.Cert: "TLS_CERT", tlsconf.Key: "TLS_KEY", tlsconf.ClientCA: "TLS_CLIENT_CA"}[fe.Role]
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // logStats reads the log's counters for the web layer (zero before the
@@ -260,8 +303,16 @@ func healthcheck(getenv func(string) string) int {
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1" // a wildcard listener answers on loopback
 	}
-	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
-	resp, err := (&http.Client{Timeout: 3 * time.Second}).Get(url)
+	scheme, hc := "http", &http.Client{Timeout: 3 * time.Second}
+	if cfg.TLSCert != "" {
+		// The probe asks this host's own server for a status code and sends
+		// no secret (/readyz is open): whose certificate answers does not
+		// matter, and the one in use may not name 127.0.0.1.
+		scheme = "https"
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // see above
+	}
+	url := scheme + "://" + net.JoinHostPort(host, port) + "/readyz"
+	resp, err := hc.Get(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1
@@ -279,15 +330,24 @@ func healthcheck(getenv func(string) string) int {
 func logReach(logger *slog.Logger, cfg config, tcpLn, webLn net.Listener) {
 	lock := reach(tcpLn.Addr())
 	open := !isLoopback(tcpLn.Addr())
+	switch {
+	case cfg.TLSClientCA != "":
+		lock += "; mutual TLS: clients must show a certificate TLS_CLIENT_CA signed"
+	case cfg.TLSCert != "":
+		lock += "; TLS"
+	}
 	if cfg.AuthToken != "" {
 		lock += "; sessions must present AUTH_TOKEN, v1 frames refused"
-	} else {
+	} else if cfg.TLSClientCA == "" {
 		lock += "; no AUTH_TOKEN: whoever reaches it can lock, unlock and reset any key"
 	}
-	protected := cfg.AuthToken != ""
+	protected := cfg.AuthToken != "" || cfg.TLSClientCA != ""
 	web := "off"
 	if webLn != nil {
 		web = reach(webLn.Addr())
+		if cfg.TLSCert != "" {
+			web += "; TLS"
+		}
 		open = open || !isLoopback(webLn.Addr())
 		if cfg.WebPassword != "" {
 			web += "; basic auth (user admin), /healthz and /readyz open"
@@ -344,6 +404,9 @@ type config struct {
 	WebAllowedHosts          []string
 	WebMaxConnections        int
 	WebMaxConnectionsPerPeer int
+	// TLS files: both set or neither ("" keeps both ports plain);
+	// TLSClientCA only with them.
+	TLSCert, TLSKey, TLSClientCA string
 }
 
 // configFromEnv reads the configuration; every error names its variable.
@@ -358,6 +421,17 @@ func configFromEnv(getenv func(string) string) (config, error) {
 		WebPassword:    getenv("WEB_PASSWORD"),
 		SessionTTL:     10 * time.Second,
 		AuthToken:      getenv("AUTH_TOKEN"),
+		TLSCert:        getenv("TLS_CERT"),
+		TLSKey:         getenv("TLS_KEY"),
+		TLSClientCA:    getenv("TLS_CLIENT_CA"),
+	}
+	switch {
+	case c.TLSCert != "" && c.TLSKey == "":
+		return c, errors.New("TLS_KEY: unset while TLS_CERT is set; set both (TLS on) or neither")
+	case c.TLSKey != "" && c.TLSCert == "":
+		return c, errors.New("TLS_CERT: unset while TLS_KEY is set; set both (TLS on) or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return c, errors.New("TLS_CLIENT_CA: set without TLS_CERT and TLS_KEY, which mutual TLS needs")
 	}
 	if n := len(c.AuthToken); getenv("AUTH_TOKEN") != "" && n > 127 {
 		return c, fmt.Errorf("AUTH_TOKEN: %d bytes, want 1 to 127", n)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -122,9 +123,19 @@ func startBinary(t testing.TB, env ...string) *process {
 	go func() { <-scanned; p.waitErr <- p.cmd.Wait() }()
 	t.Cleanup(func() { p.stop(t) })
 
+	// With TLS the probe takes whatever certificate answers, as the
+	// healthcheck command does: the tests check the certificate themselves.
+	hc, scheme := http.DefaultClient, "http"
+	for _, e := range env {
+		if strings.HasPrefix(e, "TLS_CERT=") {
+			tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // readiness only
+			defer tr.CloseIdleConnections()
+			hc, scheme = &http.Client{Transport: tr}, "https"
+		}
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := http.Get("http://" + p.web + "/readyz")
+		resp, err := hc.Get(scheme + "://" + p.web + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -26,6 +26,10 @@
 //		return closeTheMonth(ctx, token) // ctx ends if the session is lost
 //	})
 //
+// Either speaks TLS with WithTLS (a *tls.Config, or TLSFiles' Config from
+// PEM files), for a server started with TLS_CERT and TLS_KEY; the
+// protocols inside are the same.
+//
 // Guarantees of both: a request that was not sent is never reported as
 // done; an Unlock or reset whose answer was lost is never sent again, it
 // returns ErrOutcomeUnknown; a call that returns an error from Lock or
@@ -34,6 +38,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -80,6 +85,7 @@ type config struct {
 	ttl         time.Duration
 	auth        string
 	logger      *slog.Logger
+	tls         *tls.Config // nil: plain TCP (WithTLS)
 	// dial replaces the session's dialer in the package's tests.
 	dial func(ctx context.Context, address string) (net.Conn, error)
 }
@@ -117,6 +123,7 @@ func New(address string, opts ...Option) *Client {
 	for _, o := range opts {
 		o(&c.config)
 	}
+	c.forAddress(address)
 	return c
 }
 
@@ -243,6 +250,9 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 		defer cancel()
 	}
 	conn, err := c.dialer.DialContext(dctx, "tcp", c.address)
+	if err == nil {
+		conn, err = c.handshake(dctx, conn)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -255,7 +265,7 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 	// the server sent just before it noticed is still read (and given back
 	// below) instead of left held by nobody.
 	stop := context.AfterFunc(ctx, func() {
-		if tc, ok := conn.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		if closeWrite(conn) {
 			_ = conn.SetReadDeadline(time.Now().Add(hangUpGrace))
 			return
 		}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -56,6 +57,8 @@ type realServer struct {
 	addr, web string
 	cmd       *exec.Cmd
 	logDone   chan struct{}
+	// webTLS, when set, is how the tests reach a web port that speaks TLS.
+	webTLS *tls.Config
 
 	mu  sync.Mutex // guards log
 	log bytes.Buffer
@@ -173,7 +176,13 @@ type apiKeyState struct {
 // key reads one key from the JSON API; nil when it is not held.
 func (s *realServer) key(key string) *apiKeyState {
 	s.t.Helper()
-	resp, err := api.Get("http://" + s.web + "/api/v1/keys/" + url.PathEscape(key))
+	hc, scheme := api, "http"
+	if s.webTLS != nil {
+		tr := &http.Transport{TLSClientConfig: s.webTLS}
+		defer tr.CloseIdleConnections()
+		hc, scheme = &http.Client{Transport: tr, Timeout: api.Timeout}, "https"
+	}
+	resp, err := hc.Get(scheme + "://" + s.web + "/api/v1/keys/" + url.PathEscape(key))
 	if err != nil {
 		s.t.Fatalf("JSON API: %v", err)
 	}

@@ -176,7 +176,7 @@ type result struct {
 }
 
 // NewSession opens a session on the server at address (HOST:PORT). Use
-// WithTTL, WithSource, WithAuthToken, WithDialTimeout and WithLogger to
+// WithTTL, WithSource, WithAuthToken, WithDialTimeout, WithTLS and WithLogger to
 // configure it. It returns ErrUnreachable when no connection could be
 // made, ErrRefused when the server refused the session (a wrong auth
 // token, the connection limit, a server without sessions), or ctx's error.
@@ -185,6 +185,7 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 	for _, o := range opts {
 		o(&cfg)
 	}
+	cfg.forAddress(address)
 	if cfg.ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL %v", ErrRefused, cfg.ttl)
 	}
@@ -549,6 +550,9 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, protocol.O
 		conn, err = s.cfg.dial(ctx, s.address)
 	} else {
 		conn, err = s.dialer.DialContext(ctx, "tcp", s.address)
+	}
+	if err == nil {
+		conn, err = s.cfg.handshake(ctx, conn)
 	}
 	if err != nil {
 		if ctx.Err() != nil {

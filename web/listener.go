@@ -1,6 +1,7 @@
 package web
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -48,9 +49,11 @@ func NewHTTPServer(h http.Handler) *http.Server {
 // Unavailable" with Retry-After, and closed, so that a client sees why; the
 // refusals are logged at most once a second. Closing the returned listener
 // closes ln and waits for the refusals being written (at most a second
-// each).
+// each). With o.TLSConfig every connection it returns is a *tls.Conn over
+// a counted one, so that http.Server bounds the handshake by its timeouts
+// and sets Request.TLS, and a refusal is written inside TLS.
 func (o Options) Listener(ln net.Listener) net.Listener {
-	l := &limitListener{Listener: ln, max: o.MaxConnections, perPeer: o.MaxConnectionsPerPeer,
+	l := &limitListener{Listener: ln, max: o.MaxConnections, perPeer: o.MaxConnectionsPerPeer, tls: o.TLSConfig,
 		byPeer: make(map[netip.Addr]int), log: o.Logger, refusing: make(chan struct{}, maxRefusing),
 		refusedLog: logLimiter{interval: time.Second}}
 	if l.max <= 0 {
@@ -77,6 +80,7 @@ type limitListener struct {
 	max, perPeer int
 	log          *slog.Logger
 	refusedLog   logLimiter
+	tls          *tls.Config // nil: plain HTTP
 
 	// mu guards open and byPeer.
 	mu     sync.Mutex
@@ -110,7 +114,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		open := l.open
 		l.mu.Unlock()
 		if reason == "" {
-			return &limitConn{Conn: c, l: l, peer: peer}, nil
+			lc := &limitConn{Conn: c, l: l, peer: peer}
+			if l.tls != nil {
+				return tls.Server(lc, l.tls), nil
+			}
+			return lc, nil
 		}
 		if ok, held := l.refusedLog.allow(time.Now()); ok {
 			l.log.Warn("web connection refused", "peer", c.RemoteAddr().String(), "reason", reason,
@@ -129,6 +137,9 @@ func (l *limitListener) refuse(c net.Conn, reason string) {
 	default:
 		c.Close()
 		return
+	}
+	if l.tls != nil {
+		c = tls.Server(c, l.tls) // the handshake runs under the deadline below
 	}
 	l.refusals.Go(func() {
 		defer func() { <-l.refusing }()

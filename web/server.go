@@ -2,6 +2,7 @@ package web
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -59,6 +60,9 @@ type Options struct {
 	// per-peer bound). They take effect through Options.Listener.
 	MaxConnections        int
 	MaxConnectionsPerPeer int
+	// TLSConfig, when set, makes Options.Listener's connections TLS (the
+	// web port speaks TLS only then); refusals are answered inside it.
+	TLSConfig *tls.Config
 
 	// now is the clock; tests replace it.
 	now func() time.Time

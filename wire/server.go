@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -70,6 +71,10 @@ type Server struct {
 	// AuthToken, when set, must be presented by every session open, and
 	// every v1 frame is answered '-'.
 	AuthToken string
+	// TLSConfig, when set, makes every connection TLS: both protocols run
+	// inside it unchanged (tls.go). Its certificate callbacks may swap the
+	// certificate between handshakes.
+	TLSConfig *tls.Config
 
 	initOnce  sync.Once
 	ctx       context.Context // cancelled by Shutdown: ends every wait
@@ -86,10 +91,11 @@ type Server struct {
 	peerMu sync.Mutex
 	byPeer map[netip.Addr]int
 	// refusedLog paces the lines of refused connections, rejectedLog those
-	// of rejected requests and session opens: a flood of either costs a
-	// few lines a second.
-	refusedLog  logLimiter
-	rejectedLog logLimiter
+	// of rejected requests and session opens, handshakeLog the failed TLS
+	// handshakes: a flood of any costs a few lines a second.
+	refusedLog   logLimiter
+	rejectedLog  logLimiter
+	handshakeLog logLimiter
 
 	mu        sync.Mutex // guards the fields below, which Shutdown walks
 	listeners map[net.Listener]struct{}
@@ -118,6 +124,7 @@ func (s *Server) init() {
 		s.byPeer = make(map[netip.Addr]int)
 		s.refusedLog.interval = time.Second
 		s.rejectedLog.interval, s.rejectedLog.burst = time.Second, 10
+		s.handshakeLog.interval = time.Second
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
 	})
@@ -165,6 +172,10 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
+		if s.TLSConfig != nil {
+			// Before the limits, so that a refusal is sent inside TLS.
+			c = s.wrapTLS(c)
+		}
 		if s.active.Add(1) > int64(s.MaxConnections) {
 			s.active.Add(-1)
 			s.reject(c, "at the connection limit", s.MaxConnections)
@@ -344,6 +355,9 @@ func (s *Server) handle(c net.Conn, peer netip.Addr) {
 	defer s.untrack(c)
 	defer c.Close()
 
+	if !s.handshake(c) {
+		return
+	}
 	_ = c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
 	var buf [MaxFrame + 1]byte
 	n, err := c.Read(buf[:])

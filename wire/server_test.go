@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,23 @@ type testServer struct {
 	*Server
 	addr string
 	log  *syncBuffer
+	// tls, when set, is the configuration every connection of the test's
+	// helpers (send, openSession) dials with.
+	tls *tls.Config
+}
+
+// dial connects to the server, inside TLS when ts.tls is set.
+func (ts *testServer) dial(t testing.TB) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.tls != nil {
+		c = tls.Client(c, ts.tls)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func startServer(t testing.TB, configure func(*Server)) *testServer {
@@ -90,11 +108,7 @@ func frame(a Action, key, source string) []byte {
 // send writes raw bytes on a new connection and returns the connection.
 func (ts *testServer) send(t *testing.T, raw []byte) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := ts.dial(t)
 	if _, err := c.Write(raw); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/tlsconf/tlstest"
 	"github.com/locking-center/locking-center/walog"
 )
 
@@ -23,11 +25,7 @@ type benchPeer struct {
 }
 
 func (ts *testServer) benchPeer(b *testing.B) *benchPeer {
-	c, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
+	c := ts.dial(b) // inside TLS for the *TLS benchmarks
 	o, _ := Open{Version: SessionVersion}.Append(nil)
 	c.Write(o)
 	var a [OpenAnswerSize]byte
@@ -63,7 +61,27 @@ func (p *benchPeer) cycle(b *testing.B, key string) {
 // BenchmarkSessionCycle is one client's Lock+Unlock of fresh keys on a
 // session, in process over loopback TCP (workload A of bench-compare).
 func BenchmarkSessionCycle(b *testing.B) {
-	ts := startServer(b, nil)
+	benchSessionCycle(b, startServer(b, nil))
+}
+
+// BenchmarkSessionCycleTLS is BenchmarkSessionCycle inside TLS 1.3.
+func BenchmarkSessionCycleTLS(b *testing.B) {
+	benchSessionCycle(b, startBenchTLS(b))
+}
+
+// startBenchTLS serves TLS with a certificate of a CA made here (ECDSA
+// P-256, as tlstest makes them) and dials with that CA.
+func startBenchTLS(b *testing.B) *testServer {
+	ca := tlstest.NewCA(b, "bench CA")
+	leaf := ca.Issue(b, tlstest.Options{})
+	ts := startServer(b, func(s *Server) {
+		s.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{leaf.TLS}}
+	})
+	ts.tls = &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
+	return ts
+}
+
+func benchSessionCycle(b *testing.B, ts *testServer) {
 	p := ts.benchPeer(b)
 	key := make([]byte, 0, 32)
 	b.ReportAllocs()
@@ -76,7 +94,15 @@ func BenchmarkSessionCycle(b *testing.B) {
 // BenchmarkSessionParallel is 32 sessions cycling on their own keys
 // (workload B).
 func BenchmarkSessionParallel(b *testing.B) {
-	ts := startServer(b, nil)
+	benchSessionParallel(b, startServer(b, nil))
+}
+
+// BenchmarkSessionParallelTLS is BenchmarkSessionParallel inside TLS 1.3.
+func BenchmarkSessionParallelTLS(b *testing.B) {
+	benchSessionParallel(b, startBenchTLS(b))
+}
+
+func benchSessionParallel(b *testing.B, ts *testServer) {
 	var next atomic.Int64
 	b.SetParallelism(16) // 32 goroutines on 2 processors
 	b.ReportAllocs()
@@ -129,6 +155,48 @@ func BenchmarkSessionDurable(b *testing.B) {
 					p.cycle(b, string(key))
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkV1Cycle is one v1 client's Lock+Unlock of fresh keys: two
+// connections a cycle, each with its handshake inside TLS; "resumed"
+// resumes a TLS session from the client's ticket cache, as a client with
+// a tls.ClientSessionCache does.
+func BenchmarkV1Cycle(b *testing.B) {
+	for _, mode := range []string{"plain", "tls", "tls-resumed"} {
+		b.Run(mode, func(b *testing.B) {
+			ts := startServer(b, nil)
+			if mode != "plain" {
+				ts = startBenchTLS(b)
+			}
+			if mode == "tls-resumed" {
+				ts.tls.ClientSessionCache = tls.NewLRUClientSessionCache(8)
+			}
+			key := make([]byte, 0, 32)
+			var ans [1]byte
+			ask := func(a Action, k string) {
+				c, err := net.Dial("tcp", ts.addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ts.tls != nil {
+					c = tls.Client(c, ts.tls)
+				}
+				if _, err := c.Write(frame(a, k, "bench")); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, ans[:]); err != nil || ans[0] != AnswerOK {
+					b.Fatalf("%s %q: %q %v", a, k, ans[0], err)
+				}
+				c.Close()
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				key = fmt.Appendf(key[:0], "v1/%d", i)
+				ask(Lock, string(key))
+				ask(Unlock, string(key))
+			}
 		})
 	}
 }

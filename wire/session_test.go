@@ -26,11 +26,7 @@ type peer struct {
 
 func (ts *testServer) openSession(t *testing.T, o Open) (*peer, OpenAnswer) {
 	t.Helper()
-	c, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := ts.dial(t)
 	if o.Version == 0 {
 		o.Version = SessionVersion
 	}

@@ -20,6 +20,14 @@ const globalFlags = `Global flags (before the command, or among its flags):
   --web-address HOST:PORT  JSON API, for "keys" and the waiting status line
                            (default $LC_WEB_ADDRESS, then localhost:22120); a
                            URL such as https://admin:PASSWORD@host:22120 works too
+  --tls-ca FILE            PEM bundle of the CA that signs the server's certificate
+                           (default $LC_TLS_CA; unset: the system's roots)
+  --tls-cert FILE          PEM client certificate, for a server with TLS_CLIENT_CA
+  --tls-key FILE           its private key (default $LC_TLS_CERT, $LC_TLS_KEY)
+  --tls-server-name NAME   name the server's certificate must carry
+                           (default $LC_TLS_SERVER_NAME, then the --address host)
+                           Any --tls-* flag turns TLS on: the lock port, and the
+                           JSON API (https) at a --web-address HOST:PORT
 `
 
 const helpMain = `lc-cli: a distributed flock(1) for Locking-Center.
@@ -46,9 +54,11 @@ Examples:
   lc-cli lock deploy/prod -- ./deploy.sh --env prod
   lc-cli trylock cron/backup -- /usr/local/bin/backup
   LC_ADDRESS=locks.internal:22119 lc-cli keys
+  lc-cli --address locks.internal:22119 --tls-ca ca.pem lock deploy/prod -- ./deploy.sh
 
 ` + globalFlags + `
-Environment: LC_ADDRESS, LC_SOURCE, LC_WEB_ADDRESS (defaults of the flags above).
+Environment: LC_ADDRESS, LC_SOURCE, LC_WEB_ADDRESS, LC_TLS_CA, LC_TLS_CERT,
+LC_TLS_KEY, LC_TLS_SERVER_NAME (defaults of the flags above).
 CMD sees LC_KEY (the key it holds), LC_ADDRESS and LC_FENCING_TOKEN (the
 grant's fencing token, decimal) in its environment.
 

@@ -32,6 +32,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,6 +95,11 @@ type app struct {
 	address    string
 	source     string
 	webAddress string
+	// TLS files and name (--tls-*, LC_TLS_*); any of them set turns TLS
+	// on for the lock port and the JSON API. tls is what they make
+	// (checkGlobals), nil for plain TCP.
+	tlsCA, tlsCert, tlsKey, tlsServerName string
+	tls                                   *tls.Config
 }
 
 // usageError is a bad command line: exit 2, with a hint to the help.
@@ -215,10 +221,16 @@ func (a *app) flagSet(name string) *flag.FlagSet {
 		a.address = envOr(a.getenv, "LC_ADDRESS", client.DefaultAddress)
 		a.source = a.getenv("LC_SOURCE")
 		a.webAddress = envOr(a.getenv, "LC_WEB_ADDRESS", defaultWebAddress)
+		a.tlsCA, a.tlsCert = a.getenv("LC_TLS_CA"), a.getenv("LC_TLS_CERT")
+		a.tlsKey, a.tlsServerName = a.getenv("LC_TLS_KEY"), a.getenv("LC_TLS_SERVER_NAME")
 	}
 	fs.StringVar(&a.address, "address", a.address, "lock server HOST:PORT")
 	fs.StringVar(&a.source, "source", a.source, "name of this requester")
 	fs.StringVar(&a.webAddress, "web-address", a.webAddress, "JSON API HOST:PORT or URL")
+	fs.StringVar(&a.tlsCA, "tls-ca", a.tlsCA, "PEM bundle of the CA that signs the server's certificate")
+	fs.StringVar(&a.tlsCert, "tls-cert", a.tlsCert, "PEM client certificate, for a server with TLS_CLIENT_CA")
+	fs.StringVar(&a.tlsKey, "tls-key", a.tlsKey, "PEM key of --tls-cert")
+	fs.StringVar(&a.tlsServerName, "tls-server-name", a.tlsServerName, "name the server's certificate must carry")
 	return fs
 }
 
@@ -276,6 +288,13 @@ func (a *app) checkGlobals(c string) error {
 	if len(a.source) > wire.MaxField {
 		return a.usage(c, "--source is %d bytes long; at most %d are allowed", len(a.source), wire.MaxField)
 	}
+	if a.tlsCA != "" || a.tlsCert != "" || a.tlsKey != "" || a.tlsServerName != "" {
+		cfg, err := client.TLSFiles{CA: a.tlsCA, Cert: a.tlsCert, Key: a.tlsKey, ServerName: a.tlsServerName}.Config()
+		if err != nil {
+			return a.usage(c, "--tls-ca, --tls-cert, --tls-key (or LC_TLS_*): %v", err)
+		}
+		a.tls = cfg
+	}
 	return nil
 }
 
@@ -295,7 +314,7 @@ func (a *app) oneKey(c string, pos []string) (string, error) {
 }
 
 func (a *app) client() *client.Client {
-	return client.New(a.address, client.WithSource(a.source))
+	return client.New(a.address, client.WithSource(a.source), client.WithTLS(a.tls))
 }
 
 // durationFlag is a --timeout: a Go duration ("90s", "2m") or, as with
@@ -322,7 +341,14 @@ func (f *durationFlag) Set(s string) error {
 
 // describe turns a client error into the one-line reason shown to users.
 func (a *app) describe(op, key string, err error) error {
+	var verr *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &verr):
+		return withCode(exitServer, "%s %s: the lock server at %s showed a certificate lc-cli does not trust: %s (see --tls-ca and --tls-server-name)",
+			op, printable(key), a.address, rootCause(err))
+	case errors.Is(err, client.ErrUnreachable) && a.tls != nil:
+		return withCode(exitServer, "%s %s: cannot reach the lock server at %s over TLS: %s (is it running, with TLS_CERT? a server with TLS_CLIENT_CA needs --tls-cert and --tls-key)",
+			op, printable(key), a.address, rootCause(err))
 	case errors.Is(err, client.ErrUnreachable):
 		return withCode(exitServer, "%s %s: cannot reach the lock server at %s: %s (is it running? see --address or LC_ADDRESS)",
 			op, printable(key), a.address, rootCause(err))

@@ -16,7 +16,7 @@ import (
 // heldBefore returns key's holder as the JSON API shows it (nil: not
 // held); known is false when the API could not tell.
 func (a *app) heldBefore(ctx context.Context, key string) (k *apiKey, known bool) {
-	api, err := newWebAPI(a.webAddress)
+	api, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return nil, false
 	}
@@ -41,7 +41,7 @@ func (a *app) heldBySource(ctx context.Context, source string) (keys []apiKey, m
 	if source == "" {
 		return nil, false, false
 	}
-	api, err := newWebAPI(a.webAddress)
+	api, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return nil, false, false
 	}

@@ -24,7 +24,7 @@ const exitSessionLost = 4
 // holds by its Close — or, if lc-cli dies, one TTL later by the server.
 func (a *app) lockInSession(ctx context.Context, sigs <-chan os.Signal, op, key string, try bool,
 	timeout, ttl time.Duration, conflict int, child []string) (int, error) {
-	s, err := client.NewSession(ctx, a.address, client.WithSource(a.source), client.WithTTL(ttl))
+	s, err := client.NewSession(ctx, a.address, client.WithSource(a.source), client.WithTTL(ttl), client.WithTLS(a.tls))
 	switch {
 	case errors.Is(err, client.ErrRefused):
 		return 0, withCode(exitServer, "%s %s: the server at %s refused to open a session (AUTH_TOKEN set? a server without sessions?): %s",
@@ -132,7 +132,7 @@ func (a *app) sayBusy(ctx context.Context, key string) {
 		return
 	}
 	line := fmt.Sprintf("lc-cli: trylock %s: not acquired: held by someone else", printable(key))
-	if api, err := newWebAPI(a.webAddress); err == nil {
+	if api, err := newWebAPI(a.webAddress, a.tls); err == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
 		k, err := api.key(fctx, key)
 		cancel()
@@ -169,7 +169,7 @@ func (a *app) cmdSessions(ctx context.Context, args []string) (int, error) {
 	if len(pos) > 0 || sep {
 		return 0, a.usage("sessions", "sessions takes no arguments")
 	}
-	api, err := newWebAPI(a.webAddress)
+	api, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return 0, a.usage("sessions", "%v", err)
 	}

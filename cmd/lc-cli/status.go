@@ -32,7 +32,7 @@ type status struct {
 
 // loop draws the line until ctx ends, then erases it.
 func (s *status) loop(ctx context.Context) {
-	api, _ := newWebAPI(s.a.webAddress) // nil: no holder shown
+	api, _ := newWebAPI(s.a.webAddress, s.a.tls) // nil: no holder shown
 	if api != nil {
 		defer api.http.CloseIdleConnections()
 	}

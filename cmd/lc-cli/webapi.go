@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,18 +49,29 @@ type webAPI struct {
 }
 
 // newWebAPI accepts HOST:PORT or a URL (for https, or a password:
-// https://admin:secret@host:22120).
-func newWebAPI(address string) (*webAPI, error) {
+// https://admin:secret@host:22120). With tlsCfg (lc-cli's --tls-*) a
+// HOST:PORT is reached over https, trusting what the lock port trusts: a
+// server with TLS_CERT serves both ports with that certificate.
+func newWebAPI(address string, tlsCfg *tls.Config) (*webAPI, error) {
 	raw := address
 	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
+		scheme := "http://"
+		if tlsCfg != nil {
+			scheme = "https://"
+		}
+		raw = scheme + raw
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--web-address %q: want HOST:PORT or an http(s) URL", address)
 	}
-	return &webAPI{base: &url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host},
-		http: &http.Client{Timeout: 10 * time.Second}}, nil
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if tlsCfg != nil && u.Scheme == "https" {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg.Clone()
+		hc.Transport = tr
+	}
+	return &webAPI{base: &url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}, http: hc}, nil
 }
 
 // get fetches path?query and returns the body of a 200 answer.
@@ -139,7 +151,7 @@ func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {
 	if *limit < 0 {
 		return 0, a.usage("keys", "--limit %d: want a positive number", *limit)
 	}
-	api, err := newWebAPI(a.webAddress)
+	api, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return 0, a.usage("keys", "%v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // Lockers is the load of the throughput benchmarks over TCP (walog's
@@ -105,10 +105,10 @@ func turnOf(addr string, n, acquires int) error {
 func cycle(addr string, id int64, i int) error {
 	k := fmt.Sprintf("bench/%d/%d", id, i%16)
 	src := fmt.Sprintf("bench-%d", id)
-	if err := request(addr, wire.Lock, k, src); err != nil {
+	if err := request(addr, protocol.Lock, k, src); err != nil {
 		return err
 	}
-	return request(addr, wire.Unlock, k, src)
+	return request(addr, protocol.Unlock, k, src)
 }
 
 // request sends one frame and expects '+'. It closes with a reset (linger
@@ -116,9 +116,9 @@ func cycle(addr string, id int64, i int) error {
 // tens of thousands of connections a second would otherwise fill the
 // kernel's TIME_WAIT table (shared with everything else on the machine)
 // and measure the port search in connect(2) instead of the lock server.
-func request(addr string, a wire.Action, key, source string) error {
-	var buf [wire.MaxFrame]byte
-	frame, err := wire.Frame{Action: a, Key: key, Source: source}.Append(buf[:0])
+func request(addr string, a protocol.Action, key, source string) error {
+	var buf [protocol.MaxFrame]byte
+	frame, err := protocol.Frame{Action: a, Key: key, Source: source}.Append(buf[:0])
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func request(addr string, a wire.Action, key, source string) error {
 		return fmt.Errorf("%v %q: %w", a, key, err)
 	}
 	c.(*net.TCPConn).SetLinger(0)
-	if ans[0] != wire.AnswerOK {
+	if ans[0] != protocol.AnswerOK {
 		return fmt.Errorf("%v %q: answered %q", a, key, ans[0])
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
+
 	vm "github.com/VictoriaMetrics/metrics"
 
 	"github.com/locking-center/locking-center/wire"
@@ -152,16 +154,16 @@ func New(o Options) *Metrics {
 
 // Request counts one TCP request (wire.Observer). A successful TCP reset
 // also counts in resets_total, as a web reset does.
-func (m *Metrics) Request(a wire.Action, r wire.Result) {
+func (m *Metrics) Request(a protocol.Action, r wire.Result) {
 	if r >= wire.Results {
 		return // no such result: nothing to count it as
 	}
 	m.requests[actionIndex(a)][r].Inc()
 	if r == wire.ResultOK {
 		switch a {
-		case wire.ResetByKey:
+		case protocol.ResetByKey:
 			m.resetKey.Inc()
-		case wire.ResetBySource:
+		case protocol.ResetBySource:
 			m.resetSource.Inc()
 		}
 	}
@@ -176,11 +178,11 @@ func (m *Metrics) ResetBySource() { m.resetSource.Inc() }
 
 // actionIndex is a's position in actionNames: actions 1 to 8 in order,
 // then the session's open frame; 0 for any other byte.
-func actionIndex(a wire.Action) int {
+func actionIndex(a protocol.Action) int {
 	switch {
-	case a >= wire.Lock && a <= wire.Close:
+	case a >= protocol.Lock && a <= protocol.Close:
 		return int(a)
-	case a == wire.SessionOpen:
+	case a == protocol.SessionOpen:
 		return len(actionNames) - 1
 	}
 	return 0

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
+
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/locking-center/locking-center/wire"
@@ -27,9 +29,9 @@ func value(exposition, series string) float64 {
 func TestCountsByActionAndResult(t *testing.T) {
 	m := New(Options{})
 	m.Request(200, wire.ResultInvalid) // a byte no protocol knows
-	m.Request(wire.TryLock, wire.ResultLocked)
-	m.Request(wire.ResetByKey, wire.ResultOK)
-	m.Request(wire.Lock, wire.Results) // no such result: not counted
+	m.Request(protocol.TryLock, wire.ResultLocked)
+	m.Request(protocol.ResetByKey, wire.ResultOK)
+	m.Request(protocol.Lock, wire.Results) // no such result: not counted
 	m.ConnectionRejected()
 	m.SetSource(func() Gauges { return Gauges{Held: 3, OldestAge: 2 * time.Second, Connections: -1} })
 	var buf bytes.Buffer
@@ -63,7 +65,7 @@ func BenchmarkCountRequest(b *testing.B) {
 	m := New(Options{})
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Request(wire.Lock, wire.ResultOK)
+		m.Request(protocol.Lock, wire.ResultOK)
 		m.ObserveWait(time.Millisecond)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
+
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/locking-center/locking-center/client"
@@ -230,9 +232,9 @@ func TestMetricsSessions(t *testing.T) {
 	if value(out, "locking_center_sessions") != 0 || value(out, "locking_center_session_expirations_total") != 0 {
 		t.Fatalf("session metrics at start:\n%s", out)
 	}
-	m.Request(wire.Ping, wire.ResultOK)
-	m.Request(wire.SessionOpen, wire.ResultFail)
-	m.Request(wire.Cancel, wire.ResultFail)
+	m.Request(protocol.Ping, wire.ResultOK)
+	m.Request(protocol.SessionOpen, wire.ResultFail)
+	m.Request(protocol.Cancel, wire.ResultFail)
 	if _, err := table.OpenSession("svc", "10.0.0.3:7000", time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}

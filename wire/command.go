@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 )
 
@@ -37,9 +38,9 @@ func (r Result) String() string {
 // resultOf is the Result of an answer byte.
 func resultOf(answer byte) Result {
 	switch answer {
-	case AnswerOK:
+	case protocol.AnswerOK:
 		return ResultOK
-	case AnswerLocked:
+	case protocol.AnswerLocked:
 		return ResultLocked
 	}
 	return ResultFail
@@ -52,7 +53,7 @@ func resultOf(answer byte) Result {
 // answer what execute returns, so an action means the same, logs the same
 // lines and counts the same way whichever protocol carried it.
 type command struct {
-	action Action
+	action protocol.Action
 	// key is the key; for ResetBySource, the source to reset.
 	key string
 	// holder asks for a TryLock; Remote names the peer in the log lines.
@@ -80,7 +81,7 @@ type outcome struct {
 // answer it gives, once given.
 func (s *Server) execute(cmd command) outcome {
 	switch cmd.action {
-	case TryLock:
+	case protocol.TryLock:
 		var token uint64
 		var err error
 		if cmd.link != nil {
@@ -90,12 +91,12 @@ func (s *Server) execute(cmd command) outcome {
 		}
 		switch {
 		case err == nil:
-			return outcome{answer: AnswerOK, token: token, granted: true}
+			return outcome{answer: protocol.AnswerOK, token: token, granted: true}
 		case errors.Is(err, locker.ErrLocked):
-			return outcome{answer: AnswerLocked}
+			return outcome{answer: protocol.AnswerLocked}
 		}
 		return s.refused(cmd, err)
-	case Unlock:
+	case protocol.Unlock:
 		var token uint64
 		var err error
 		if cmd.link != nil {
@@ -109,23 +110,23 @@ func (s *Server) execute(cmd command) outcome {
 		if cmd.link == nil {
 			token = 0 // a v1 answer is one byte
 		}
-		return outcome{answer: AnswerOK, token: token}
-	case ResetByKey:
+		return outcome{answer: protocol.AnswerOK, token: token}
+	case protocol.ResetByKey:
 		res, err := s.Table.ResetByKey(cmd.key)
 		if err != nil {
 			return s.refused(cmd, err)
 		}
 		s.Logger.Info("reset by key", "key", cmd.key, "peer", cmd.holder.Remote, "released", res.Released, "refused", res.Refused)
-		return outcome{answer: AnswerOK}
-	case ResetBySource:
+		return outcome{answer: protocol.AnswerOK}
+	case protocol.ResetBySource:
 		res, err := s.Table.ResetBySource(cmd.key)
 		if err != nil {
 			return s.refused(cmd, err)
 		}
 		s.Logger.Info("reset by source", "source", cmd.key, "peer", cmd.holder.Remote, "released", res.Released, "refused", res.Refused)
-		return outcome{answer: AnswerOK}
+		return outcome{answer: protocol.AnswerOK}
 	}
-	return outcome{answer: AnswerFail} // unreachable: callers check the action
+	return outcome{answer: protocol.AnswerFail} // unreachable: callers check the action
 }
 
 // refused logs why cmd is answered '-': an error line when the journal
@@ -146,5 +147,5 @@ func (s *Server) refused(cmd command, err error) outcome {
 	}
 	s.Logger.Log(context.Background(), lvl, msg, "peer", cmd.holder.Remote,
 		"action", cmd.action.String(), "key", cmd.key, "reason", err.Error())
-	return outcome{answer: AnswerFail}
+	return outcome{answer: protocol.AnswerFail}
 }

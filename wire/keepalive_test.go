@@ -7,6 +7,8 @@ import (
 	"net"
 	"syscall"
 	"testing"
+
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // recordingListener hands every accepted connection, unwrapped, to conns.
@@ -55,13 +57,13 @@ func TestKeepAliveOnlyWhileWaiting(t *testing.T) {
 	rl := &recordingListener{Listener: l, conns: make(chan net.Conn, 4)}
 	ts := startServerOn(t, rl, nil)
 
-	if a := ts.ask(t, Lock, "k", "holder"); a != AnswerOK {
+	if a := ts.ask(t, protocol.Lock, "k", "holder"); a != protocol.AnswerOK {
 		t.Fatalf("Lock on a free key: %q", a)
 	}
 	<-rl.conns
-	ts.send(t, frame(Lock, "k", "partial")[:3]) // open, still sending its frame
+	ts.send(t, frame(protocol.Lock, "k", "partial")[:3]) // open, still sending its frame
 	partial := <-rl.conns
-	waiter := ts.send(t, frame(Lock, "k", "waiter"))
+	waiter := ts.send(t, frame(protocol.Lock, "k", "waiter"))
 	waiting := <-rl.conns
 	waitUntil(t, "the waiter to queue", func() bool { return ts.queued("k") == 1 })
 
@@ -71,10 +73,10 @@ func TestKeepAliveOnlyWhileWaiting(t *testing.T) {
 	if !keepAliveOn(t, waiting) {
 		t.Error("keepalive is off for a connection waiting in the queue")
 	}
-	if a := ts.ask(t, Unlock, "k", "holder"); a != AnswerOK {
+	if a := ts.ask(t, protocol.Unlock, "k", "holder"); a != protocol.AnswerOK {
 		t.Fatalf("Unlock: %q", a)
 	}
-	if a := answer(t, waiter); a != AnswerOK {
+	if a := answer(t, waiter); a != protocol.AnswerOK {
 		t.Fatalf("waiter: %q after the unlock", a)
 	}
 }

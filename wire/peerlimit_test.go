@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // dialFrom connects to addr from the loopback address src (127.0.0.2 and
@@ -29,7 +31,7 @@ func stall(t *testing.T, ts *testServer, src string, n int) (refused int, kept [
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialFrom(t, src, ts.addr)
-		if _, err := conns[i].Write([]byte{byte(Lock)}); err != nil {
+		if _, err := conns[i].Write([]byte{byte(protocol.Lock)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,18 +56,18 @@ func served(t *testing.T, ts *testServer, src string, n int) {
 	t.Helper()
 	for i := range n {
 		c := dialFrom(t, src, ts.addr)
-		if _, err := c.Write(frame(Lock, "legit", "legit")); err != nil {
+		if _, err := c.Write(frame(protocol.Lock, "legit", "legit")); err != nil {
 			t.Fatal(err)
 		}
-		if got := answer(t, c); got != AnswerOK {
+		if got := answer(t, c); got != protocol.AnswerOK {
 			t.Fatalf("legitimate Lock %d from %s answered %q beside the stalled sockets", i, src, got)
 		}
 		c.Close()
 		u := dialFrom(t, src, ts.addr)
-		if _, err := u.Write(frame(Unlock, "legit", "legit")); err != nil {
+		if _, err := u.Write(frame(protocol.Unlock, "legit", "legit")); err != nil {
 			t.Fatal(err)
 		}
-		if got := answer(t, u); got != AnswerOK {
+		if got := answer(t, u); got != protocol.AnswerOK {
 			t.Fatalf("legitimate Unlock %d from %s answered %q", i, src, got)
 		}
 		u.Close()
@@ -103,17 +105,17 @@ func TestPerPeerBound(t *testing.T) {
 	// refused, and the request timeout frees the places.
 	for _, src := range []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"} {
 		for range 10 {
-			if _, err := dialFrom(t, src, ts.addr).Write([]byte{byte(Lock)}); err != nil {
+			if _, err := dialFrom(t, src, ts.addr).Write([]byte{byte(protocol.Lock)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	waitUntil(t, "four peers at their bound", func() bool { return ts.Connections() == ts.MaxConnections })
 	c := dialFrom(t, "127.0.0.1", ts.addr)
-	if _, err := c.Write(frame(TryLock, "legit", "legit")); err != nil {
+	if _, err := c.Write(frame(protocol.TryLock, "legit", "legit")); err != nil {
 		t.Fatal(err)
 	}
-	if got := answer(t, c); got != AnswerFail {
+	if got := answer(t, c); got != protocol.AnswerFail {
 		t.Fatalf("at MaxConnections a new client was answered %q, want '-'", got)
 	}
 	waitUntil(t, "the request timeout to drop the stalled sockets", func() bool { return ts.Connections() == 0 })
@@ -132,7 +134,7 @@ func TestPerPeerBound(t *testing.T) {
 func TestRefusalsLoggedOncePerSecond(t *testing.T) {
 	ts := startServer(t, func(s *Server) { s.MaxConnections = 1 })
 	holder := dialFrom(t, "127.0.0.1", ts.addr)
-	if _, err := holder.Write([]byte{byte(Lock)}); err != nil { // stalled: holds the one place
+	if _, err := holder.Write([]byte{byte(protocol.Lock)}); err != nil { // stalled: holds the one place
 		t.Fatal(err)
 	}
 	waitUntil(t, "the stalled connection served", func() bool { return ts.Connections() == 1 })

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 )
 
@@ -24,14 +25,14 @@ var ErrServerClosed = errors.New("wire: server closed")
 // Observer is told of every served request and every refused connection.
 // Its methods must be fast and safe for concurrent use.
 type Observer interface {
-	Request(a Action, r Result)
+	Request(a protocol.Action, r Result)
 	ConnectionRejected()
 }
 
 type noObserver struct{}
 
-func (noObserver) Request(Action, Result) {}
-func (noObserver) ConnectionRejected()    {}
+func (noObserver) Request(protocol.Action, Result) {}
+func (noObserver) ConnectionRejected()             {}
 
 var (
 	errHungUp   = errors.New("client hung up while waiting")
@@ -309,12 +310,12 @@ func (s *Server) reject(c net.Conn, reason string, limit int) {
 		_ = c.SetDeadline(time.Now().Add(time.Second))
 		// The first byte says which refusal the client reads: a session's
 		// 13 bytes or v1's one.
-		var buf [MaxFrame]byte
+		var buf [protocol.MaxFrame]byte
 		n, _ := c.Read(buf[:])
-		if n > 0 && Action(buf[0]) == SessionOpen {
-			_, _ = c.Write(OpenAnswer{Status: AnswerFail}.Append(nil))
+		if n > 0 && protocol.Action(buf[0]) == protocol.SessionOpen {
+			_, _ = c.Write(protocol.OpenAnswer{Status: protocol.AnswerFail}.Append(nil))
 		} else {
-			_, _ = c.Write([]byte{AnswerFail})
+			_, _ = c.Write([]byte{protocol.AnswerFail})
 		}
 		_, _ = c.Read(buf[:]) // best effort: the rest of the frame, if it is already here
 	}()
@@ -359,7 +360,7 @@ func (s *Server) handle(c net.Conn, peer netip.Addr) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
-	var buf [MaxFrame + 1]byte
+	var buf [protocol.MaxFrame + 1]byte
 	n, err := c.Read(buf[:])
 	if n == 0 {
 		if err != nil && !errors.Is(err, io.EOF) && !s.closing.Load() {
@@ -367,7 +368,7 @@ func (s *Server) handle(c net.Conn, peer netip.Addr) {
 		}
 		return
 	}
-	if Action(buf[0]) == SessionOpen {
+	if protocol.Action(buf[0]) == protocol.SessionOpen {
 		s.serveSession(c, buf[:n])
 		return
 	}
@@ -412,7 +413,7 @@ func (s *Server) serveV1(c net.Conn, buf []byte, n int) {
 		}
 		return
 	}
-	if f.Action == Unlock || f.Action == ResetByKey {
+	if f.Action == protocol.Unlock || f.Action == protocol.ResetByKey {
 		discardSource(c, buf[used:n])
 	}
 }
@@ -432,7 +433,7 @@ func discardSource(c net.Conn, rest []byte) {
 			return
 		}
 	}
-	var b [MaxField + 1]byte
+	var b [protocol.MaxField + 1]byte
 	for want != 0 {
 		n, err := c.Read(b[:])
 		if n > 0 && want < 0 {
@@ -452,14 +453,14 @@ func discardSource(c net.Conn, rest []byte) {
 // forms included) and decodes it, returning the frame, its size and how
 // many bytes buf holds. A malformed or incomplete frame is answered or
 // logged here, and returns an error.
-func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, int, error) {
+func (s *Server) readV1(c net.Conn, buf []byte, n int) (protocol.Frame, int, int, error) {
 	for {
-		f, used, derr := DecodeServer(buf[:n])
+		f, used, derr := protocol.DecodeServer(buf[:n])
 		if derr == nil {
 			return f, used, n, nil
 		}
-		if !errors.Is(derr, ErrShort) {
-			s.invalid(c, Action(buf[0]), derr)
+		if !errors.Is(derr, protocol.ErrShort) {
+			s.invalid(c, protocol.Action(buf[0]), derr)
 			return f, 0, n, derr
 		}
 		m, rerr := c.Read(buf[n:])
@@ -467,7 +468,7 @@ func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, int, error) 
 		if rerr != nil && m == 0 {
 			if !s.closing.Load() {
 				s.Logger.Warn("request rejected: frame incomplete", "peer", c.RemoteAddr().String(), "bytes", n, "err", rerr)
-				s.Observer.Request(Action(buf[0]), ResultInvalid)
+				s.Observer.Request(protocol.Action(buf[0]), ResultInvalid)
 			}
 			return f, 0, n, rerr
 		}
@@ -477,23 +478,23 @@ func (s *Server) readV1(c net.Conn, buf []byte, n int) (Frame, int, int, error) 
 // dispatchV1 carries out a valid v1 request and returns its answer, the
 // token of a grant it made (0 if none), and false when nothing must be
 // answered.
-func (s *Server) dispatchV1(c net.Conn, f Frame, h locker.Holder, trailing bool) (answer byte, token uint64, ok bool) {
+func (s *Server) dispatchV1(c net.Conn, f protocol.Frame, h locker.Holder, trailing bool) (answer byte, token uint64, ok bool) {
 	switch f.Action {
-	case Lock:
+	case protocol.Lock:
 		if trailing {
 			s.invalid(c, f.Action, errTrailing)
 			return 0, 0, false
 		}
 		return s.lock(c, f.Key, h)
-	case TryLock, Unlock, ResetByKey, ResetBySource:
+	case protocol.TryLock, protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
 		cmd := command{action: f.Action, key: f.Key, holder: h}
-		if f.Action == ResetBySource {
+		if f.Action == protocol.ResetBySource {
 			cmd.key = h.Source
 		}
 		o := s.execute(cmd)
 		return o.answer, o.token, true
 	}
-	return AnswerFail, 0, true // unreachable: Valid checked the action
+	return protocol.AnswerFail, 0, true // unreachable: Valid checked the action
 }
 
 // lock serves a v1 Lock: at once when the key is free, otherwise in the
@@ -504,15 +505,15 @@ func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, tok
 	token, err := s.wait(c, key, h)
 	switch {
 	case err == nil:
-		return AnswerOK, token, true
+		return protocol.AnswerOK, token, true
 	case errors.Is(err, errHungUp), errors.Is(err, errStopped):
-		s.Observer.Request(Lock, ResultHangUp)
+		s.Observer.Request(protocol.Lock, ResultHangUp)
 		return 0, 0, false
 	case errors.Is(err, errTrailing):
-		s.invalid(c, Lock, err)
+		s.invalid(c, protocol.Lock, err)
 		return 0, 0, false
 	}
-	return s.refused(command{action: Lock, key: key, holder: h}, err).answer, 0, true
+	return s.refused(command{action: protocol.Lock, key: key, holder: h}, err).answer, 0, true
 }
 
 // waiterKeepAlive finds a waiter's vanished client in about 2.5 minutes:
@@ -582,11 +583,11 @@ func isTimeout(err error) bool {
 
 // invalid answers '-' to a malformed request and logs one line (at most
 // ten a second for all of them).
-func (s *Server) invalid(c net.Conn, a Action, reason error) {
+func (s *Server) invalid(c net.Conn, a protocol.Action, reason error) {
 	s.logRejected("request rejected", "peer", c.RemoteAddr().String(), "reason", reason.Error())
 	s.Observer.Request(a, ResultInvalid)
 	_ = c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
-	_, _ = c.Write([]byte{AnswerFail})
+	_, _ = c.Write([]byte{protocol.AnswerFail})
 }
 
 // logRejected logs a rejected request or session open, at most ten lines a

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
+
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/locker"
@@ -97,8 +99,8 @@ func startServerOn(t testing.TB, l net.Listener, configure func(*Server)) *testS
 	return &testServer{Server: s, addr: l.Addr().String(), log: logs}
 }
 
-func frame(a Action, key, source string) []byte {
-	b, err := Frame{Action: a, Key: key, Source: source}.Append(nil)
+func frame(a protocol.Action, key, source string) []byte {
+	b, err := protocol.Frame{Action: a, Key: key, Source: source}.Append(nil)
 	if err != nil {
 		panic(err)
 	}
@@ -131,7 +133,7 @@ func answer(t *testing.T, c net.Conn) byte {
 	return 0
 }
 
-func (ts *testServer) ask(t *testing.T, a Action, key, source string) byte {
+func (ts *testServer) ask(t *testing.T, a protocol.Action, key, source string) byte {
 	t.Helper()
 	return answer(t, ts.send(t, frame(a, key, source)))
 }
@@ -158,13 +160,13 @@ func (ts *testServer) queued(key string) int {
 func TestAnswers(t *testing.T) {
 	ts := startServer(t, nil)
 	steps := []struct {
-		a    Action
+		a    protocol.Action
 		key  string
 		want byte
 	}{
-		{Lock, "k", '+'}, {TryLock, "k", '#'}, {Unlock, "k", '+'}, {Unlock, "k", '-'},
-		{TryLock, "k", '+'}, {ResetByKey, "k", '+'}, {ResetByKey, "k", '+'}, {Lock, "k", '+'},
-		{ResetBySource, "", '+'}, {Unlock, "k", '-'},
+		{protocol.Lock, "k", '+'}, {protocol.TryLock, "k", '#'}, {protocol.Unlock, "k", '+'}, {protocol.Unlock, "k", '-'},
+		{protocol.TryLock, "k", '+'}, {protocol.ResetByKey, "k", '+'}, {protocol.ResetByKey, "k", '+'}, {protocol.Lock, "k", '+'},
+		{protocol.ResetBySource, "", '+'}, {protocol.Unlock, "k", '-'},
 	}
 	for i, s := range steps {
 		if got := ts.ask(t, s.a, s.key, ""); got != s.want {
@@ -175,7 +177,7 @@ func TestAnswers(t *testing.T) {
 
 func TestEmptySourceIsPeerIP(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", ""); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", ""); got != '+' {
 		t.Fatalf("lock: %q", got)
 	}
 	ki, _ := ts.Table.Key("k")
@@ -183,7 +185,7 @@ func TestEmptySourceIsPeerIP(t *testing.T) {
 		t.Fatalf("holder = %+v, want source 127.0.0.1 and a remote with a port", ki.Holder)
 	}
 	// ResetBySource with an empty source resets the caller's own address.
-	if got := ts.ask(t, ResetBySource, "", ""); got != '+' {
+	if got := ts.ask(t, protocol.ResetBySource, "", ""); got != '+' {
 		t.Fatalf("reset source: %q", got)
 	}
 	if _, held := ts.Table.Key("k"); held {
@@ -206,7 +208,7 @@ func TestBadInput(t *testing.T) {
 		{"empty key for unlock", []byte{2, 0, 0}, "empty key"},
 		{"empty key for reset", []byte{3, 0, 0}, "empty key"},
 		{"empty key for trylock", []byte{5, 0, 0}, "empty key"},
-		{"bytes after a lock frame", append(frame(Lock, "t", ""), 'x'), "bytes after the lock frame"},
+		{"bytes after a lock frame", append(frame(protocol.Lock, "t", ""), 'x'), "bytes after the lock frame"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,10 +233,10 @@ func TestBadInput(t *testing.T) {
 		t.Fatal("a lock frame with trailing bytes was granted")
 	}
 	// Trailing bytes are ignored for the other actions.
-	if got := answer(t, ts.send(t, append(frame(TryLock, "u", ""), "junk"...))); got != '+' {
+	if got := answer(t, ts.send(t, append(frame(protocol.TryLock, "u", ""), "junk"...))); got != '+' {
 		t.Fatalf("trylock with trailing bytes: %q", got)
 	}
-	if got := answer(t, ts.send(t, append(frame(Unlock, "u", ""), "junk"...))); got != '+' {
+	if got := answer(t, ts.send(t, append(frame(protocol.Unlock, "u", ""), "junk"...))); got != '+' {
 		t.Fatalf("unlock with trailing bytes: %q", got)
 	}
 }
@@ -257,16 +259,16 @@ func TestStalledFrameIsClosed(t *testing.T) {
 
 func TestHangUpWithdrawsWaiter(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", "holder"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "holder"); got != '+' {
 		t.Fatal(got)
 	}
-	ghost := ts.send(t, frame(Lock, "k", "ghost"))
+	ghost := ts.send(t, frame(protocol.Lock, "k", "ghost"))
 	waitUntil(t, "ghost queued", func() bool { return ts.queued("k") == 1 })
-	live := ts.send(t, frame(Lock, "k", "live"))
+	live := ts.send(t, frame(protocol.Lock, "k", "live"))
 	waitUntil(t, "live queued", func() bool { return ts.queued("k") == 2 })
 	ghost.Close()
 	waitUntil(t, "ghost withdrawn", func() bool { return ts.queued("k") == 1 })
-	if got := ts.ask(t, Unlock, "k", ""); got != '+' {
+	if got := ts.ask(t, protocol.Unlock, "k", ""); got != '+' {
 		t.Fatal(got)
 	}
 	if got := answer(t, live); got != '+' {
@@ -279,10 +281,10 @@ func TestHangUpWithdrawsWaiter(t *testing.T) {
 
 func TestTrailingBytesWhileWaiting(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", ""); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", ""); got != '+' {
 		t.Fatal(got)
 	}
-	c := ts.send(t, frame(Lock, "k", "w"))
+	c := ts.send(t, frame(protocol.Lock, "k", "w"))
 	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
 	if _, err := c.Write([]byte("more")); err != nil {
 		t.Fatal(err)
@@ -295,17 +297,17 @@ func TestTrailingBytesWhileWaiting(t *testing.T) {
 
 func TestFIFOOverTCP(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", "first"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "first"); got != '+' {
 		t.Fatal(got)
 	}
 	const n = 20
 	conns := make([]net.Conn, n)
 	for i := range conns {
-		conns[i] = ts.send(t, frame(Lock, "k", fmt.Sprint("w", i)))
+		conns[i] = ts.send(t, frame(protocol.Lock, "k", fmt.Sprint("w", i)))
 		waitUntil(t, "queued", func() bool { return ts.queued("k") == i+1 })
 	}
 	for i, c := range conns {
-		if got := ts.ask(t, Unlock, "k", ""); got != '+' {
+		if got := ts.ask(t, protocol.Unlock, "k", ""); got != '+' {
 			t.Fatal(got)
 		}
 		if got := answer(t, c); got != '+' {
@@ -319,23 +321,23 @@ func TestFIFOOverTCP(t *testing.T) {
 
 func TestResetWhileWaiting(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", "a"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "a"); got != '+' {
 		t.Fatal(got)
 	}
-	w1 := ts.send(t, frame(Lock, "k", "b"))
+	w1 := ts.send(t, frame(protocol.Lock, "k", "b"))
 	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
-	if got := ts.ask(t, ResetByKey, "k", ""); got != '+' {
+	if got := ts.ask(t, protocol.ResetByKey, "k", ""); got != '+' {
 		t.Fatal(got)
 	}
 	if got := answer(t, w1); got != '-' {
 		t.Fatalf("waiter after ResetByKey: %q", got)
 	}
-	if got := ts.ask(t, Lock, "k", "a"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "a"); got != '+' {
 		t.Fatal(got)
 	}
-	w2 := ts.send(t, frame(Lock, "k", "b"))
+	w2 := ts.send(t, frame(protocol.Lock, "k", "b"))
 	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
-	if got := ts.ask(t, ResetBySource, "", "b"); got != '+' {
+	if got := ts.ask(t, protocol.ResetBySource, "", "b"); got != '+' {
 		t.Fatal(got)
 	}
 	if got := answer(t, w2); got != '-' {
@@ -348,16 +350,16 @@ func TestResetWhileWaiting(t *testing.T) {
 
 func TestConnectionLimit(t *testing.T) {
 	ts := startServer(t, func(s *Server) { s.MaxConnections = 2 })
-	if got := ts.ask(t, Lock, "k", "h"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "h"); got != '+' {
 		t.Fatal(got)
 	}
 	// The server counts a connection until its handler has closed it,
 	// which may be just after the client read the answer.
 	waitUntil(t, "the holder's connection closed", func() bool { return ts.Connections() == 0 })
-	w1 := ts.send(t, frame(Lock, "k", "w1"))
-	w2 := ts.send(t, frame(Lock, "k", "w2"))
+	w1 := ts.send(t, frame(protocol.Lock, "k", "w1"))
+	w2 := ts.send(t, frame(protocol.Lock, "k", "w2"))
 	waitUntil(t, "two waiters", func() bool { return ts.queued("k") == 2 })
-	if got := ts.ask(t, Unlock, "k", ""); got != '-' {
+	if got := ts.ask(t, protocol.Unlock, "k", ""); got != '-' {
 		t.Fatalf("request over the limit answered %q, want '-'", got)
 	}
 	if !strings.Contains(ts.log.String(), "connection limit") {
@@ -366,7 +368,7 @@ func TestConnectionLimit(t *testing.T) {
 	// The waiters are unaffected: closing one frees a place for an unlock.
 	w2.Close()
 	waitUntil(t, "w2 gone", func() bool { return ts.Connections() == 1 })
-	if got := ts.ask(t, Unlock, "k", ""); got != '+' {
+	if got := ts.ask(t, protocol.Unlock, "k", ""); got != '+' {
 		t.Fatal(got)
 	}
 	if got := answer(t, w1); got != '+' {
@@ -376,10 +378,10 @@ func TestConnectionLimit(t *testing.T) {
 
 func TestShutdownAnswersNothing(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", "h"); got != '+' {
+	if got := ts.ask(t, protocol.Lock, "k", "h"); got != '+' {
 		t.Fatal(got)
 	}
-	w := ts.send(t, frame(Lock, "k", "w"))
+	w := ts.send(t, frame(protocol.Lock, "k", "w"))
 	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

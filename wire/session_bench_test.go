@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/tlsconf/tlstest"
 	"github.com/locking-center/locking-center/walog"
@@ -20,40 +21,40 @@ import (
 type benchPeer struct {
 	c   net.Conn
 	buf []byte
-	ans [AnswerSize]byte
+	ans [protocol.AnswerSize]byte
 	id  uint32
 }
 
 func (ts *testServer) benchPeer(b *testing.B) *benchPeer {
 	c := ts.dial(b) // inside TLS for the *TLS benchmarks
-	o, _ := Open{Version: SessionVersion}.Append(nil)
+	o, _ := protocol.Open{Version: protocol.SessionVersion}.Append(nil)
 	c.Write(o)
-	var a [OpenAnswerSize]byte
-	if _, err := io.ReadFull(c, a[:]); err != nil || a[0] != AnswerOK {
+	var a [protocol.OpenAnswerSize]byte
+	if _, err := io.ReadFull(c, a[:]); err != nil || a[0] != protocol.AnswerOK {
 		b.Fatalf("open: %x %v", a, err)
 	}
 	return &benchPeer{c: c}
 }
 
-func (p *benchPeer) call(b *testing.B, a Action, token uint64, key string) Answer {
+func (p *benchPeer) call(b *testing.B, a protocol.Action, token uint64, key string) protocol.Answer {
 	p.id++
-	p.buf, _ = Request{Action: a, ID: p.id, Token: token, Key: key}.Append(p.buf[:0])
+	p.buf, _ = protocol.Request{Action: a, ID: p.id, Token: token, Key: key}.Append(p.buf[:0])
 	if _, err := p.c.Write(p.buf); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := io.ReadFull(p.c, p.ans[:]); err != nil {
 		b.Fatal(err)
 	}
-	ans, _ := DecodeAnswer(p.ans[:])
+	ans, _ := protocol.DecodeAnswer(p.ans[:])
 	return ans
 }
 
 func (p *benchPeer) cycle(b *testing.B, key string) {
-	got := p.call(b, Lock, 0, key)
-	if got.Status != AnswerOK {
+	got := p.call(b, protocol.Lock, 0, key)
+	if got.Status != protocol.AnswerOK {
 		b.Fatalf("Lock %q: %+v", key, got)
 	}
-	if got = p.call(b, Unlock, got.Token, key); got.Status != AnswerOK {
+	if got = p.call(b, protocol.Unlock, got.Token, key); got.Status != protocol.AnswerOK {
 		b.Fatalf("Unlock %q: %+v", key, got)
 	}
 }
@@ -175,7 +176,7 @@ func BenchmarkV1Cycle(b *testing.B) {
 			}
 			key := make([]byte, 0, 32)
 			var ans [1]byte
-			ask := func(a Action, k string) {
+			ask := func(a protocol.Action, k string) {
 				c, err := net.Dial("tcp", ts.addr)
 				if err != nil {
 					b.Fatal(err)
@@ -186,7 +187,7 @@ func BenchmarkV1Cycle(b *testing.B) {
 				if _, err := c.Write(frame(a, k, "bench")); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := io.ReadFull(c, ans[:]); err != nil || ans[0] != AnswerOK {
+				if _, err := io.ReadFull(c, ans[:]); err != nil || ans[0] != protocol.AnswerOK {
 					b.Fatalf("%s %q: %q %v", a, k, ans[0], err)
 				}
 				c.Close()
@@ -194,8 +195,8 @@ func BenchmarkV1Cycle(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				key = fmt.Appendf(key[:0], "v1/%d", i)
-				ask(Lock, string(key))
-				ask(Unlock, string(key))
+				ask(protocol.Lock, string(key))
+				ask(protocol.Unlock, string(key))
 			}
 		})
 	}

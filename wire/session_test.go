@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 )
 
@@ -24,11 +25,11 @@ type peer struct {
 	id uint32
 }
 
-func (ts *testServer) openSession(t *testing.T, o Open) (*peer, OpenAnswer) {
+func (ts *testServer) openSession(t *testing.T, o protocol.Open) (*peer, protocol.OpenAnswer) {
 	t.Helper()
 	c := ts.dial(t)
 	if o.Version == 0 {
-		o.Version = SessionVersion
+		o.Version = protocol.SessionVersion
 	}
 	b, err := o.Append(nil)
 	if err != nil {
@@ -37,18 +38,18 @@ func (ts *testServer) openSession(t *testing.T, o Open) (*peer, OpenAnswer) {
 	if _, err := c.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	var ans [OpenAnswerSize]byte
+	var ans [protocol.OpenAnswerSize]byte
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, ans[:]); err != nil {
 		t.Fatalf("reading the open answer: %v", err)
 	}
-	oa, _ := DecodeOpenAnswer(ans[:])
+	oa, _ := protocol.DecodeOpenAnswer(ans[:])
 	return &peer{t: t, c: c}, oa
 }
 
-func (p *peer) send(a Action, id uint32, token uint64, key string) {
+func (p *peer) send(a protocol.Action, id uint32, token uint64, key string) {
 	p.t.Helper()
-	b, err := Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
+	b, err := protocol.Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -58,18 +59,18 @@ func (p *peer) send(a Action, id uint32, token uint64, key string) {
 }
 
 // next reads the next answer; ok is false when the connection ended.
-func (p *peer) next() (Answer, bool) {
+func (p *peer) next() (protocol.Answer, bool) {
 	p.t.Helper()
-	var b [AnswerSize]byte
+	var b [protocol.AnswerSize]byte
 	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(p.c, b[:]); err != nil {
-		return Answer{}, false
+		return protocol.Answer{}, false
 	}
-	a, _ := DecodeAnswer(b[:])
+	a, _ := protocol.DecodeAnswer(b[:])
 	return a, true
 }
 
-func (p *peer) ask(a Action, token uint64, key string) Answer {
+func (p *peer) ask(a protocol.Action, token uint64, key string) protocol.Answer {
 	p.t.Helper()
 	p.id++
 	p.send(a, p.id, token, key)
@@ -94,16 +95,16 @@ func (p *peer) closed() bool {
 
 func TestSessionRequests(t *testing.T) {
 	ts := startServer(t, nil)
-	a, oa := ts.openSession(t, Open{TTLMillis: 30000, Source: "svc-a"})
-	if oa.Status != AnswerOK || oa.TTLMillis != 30000 || oa.Session == 0 {
+	a, oa := ts.openSession(t, protocol.Open{TTLMillis: 30000, Source: "svc-a"})
+	if oa.Status != protocol.AnswerOK || oa.TTLMillis != 30000 || oa.Session == 0 {
 		t.Fatalf("open answer %+v", oa)
 	}
-	b, ob := ts.openSession(t, Open{})
+	b, ob := ts.openSession(t, protocol.Open{})
 	if ob.TTLMillis != 10000 || ob.Session == oa.Session {
 		t.Fatalf("second open answer %+v (default TTL 10s)", ob)
 	}
-	got := a.ask(Lock, 0, "k")
-	if got.Status != AnswerOK || got.Token == 0 {
+	got := a.ask(protocol.Lock, 0, "k")
+	if got.Status != protocol.AnswerOK || got.Token == 0 {
 		t.Fatalf("Lock = %+v", got)
 	}
 	tok := got.Token
@@ -112,67 +113,67 @@ func TestSessionRequests(t *testing.T) {
 		t.Fatalf("held key %+v", ki)
 	}
 	// b waits; its Ping is answered at once meanwhile: out of order.
-	b.send(Lock, 7, 0, "k")
+	b.send(protocol.Lock, 7, 0, "k")
 	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
-	b.send(Ping, 8, 0, "")
-	if ans, _ := b.next(); ans.ID != 8 || ans.Status != AnswerOK {
+	b.send(protocol.Ping, 8, 0, "")
+	if ans, _ := b.next(); ans.ID != 8 || ans.Status != protocol.AnswerOK {
 		t.Fatalf("Ping while a Lock waits: %+v", ans)
 	}
-	if ans := a.ask(TryLock, 0, "k"); ans.Status != AnswerLocked || ans.Token != 0 {
+	if ans := a.ask(protocol.TryLock, 0, "k"); ans.Status != protocol.AnswerLocked || ans.Token != 0 {
 		t.Fatalf("TryLock of a held key = %+v", ans)
 	}
-	if ans := b.ask(Unlock, 0, "k"); ans.Status != AnswerFail {
+	if ans := b.ask(protocol.Unlock, 0, "k"); ans.Status != protocol.AnswerFail {
 		t.Fatalf("b unlocking a's key = %+v", ans)
 	}
-	if ans := a.ask(Unlock, tok+1, "k"); ans.Status != AnswerFail {
+	if ans := a.ask(protocol.Unlock, tok+1, "k"); ans.Status != protocol.AnswerFail {
 		t.Fatalf("Unlock by a wrong token = %+v", ans)
 	}
-	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerOK || ans.Token != tok {
+	if ans := a.ask(protocol.Unlock, tok, "k"); ans.Status != protocol.AnswerOK || ans.Token != tok {
 		t.Fatalf("Unlock = %+v", ans)
 	}
 	granted, _ := b.next()
-	if granted.ID != 7 || granted.Status != AnswerOK || granted.Token <= tok {
+	if granted.ID != 7 || granted.Status != protocol.AnswerOK || granted.Token <= tok {
 		t.Fatalf("b's grant = %+v (a's token %d)", granted, tok)
 	}
 	// A stale Unlock by a's old token releases nothing of b's.
-	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerFail {
+	if ans := a.ask(protocol.Unlock, tok, "k"); ans.Status != protocol.AnswerFail {
 		t.Fatalf("stale Unlock = %+v", ans)
 	}
 	// Cancel of a pending Lock is answered '-' on the Lock's id.
-	a.send(Lock, 100, 0, "k")
+	a.send(protocol.Lock, 100, 0, "k")
 	waitUntil(t, "a queued", func() bool { return ts.queued("k") == 1 })
-	a.send(Cancel, 100, 0, "")
-	if ans, _ := a.next(); ans.ID != 100 || ans.Status != AnswerFail {
+	a.send(protocol.Cancel, 100, 0, "")
+	if ans, _ := a.next(); ans.ID != 100 || ans.Status != protocol.AnswerFail {
 		t.Fatalf("cancelled Lock = %+v", ans)
 	}
-	a.send(Cancel, 12345, 0, "") // names nothing: ignored
-	if ans := a.ask(Ping, 0, ""); ans.Status != AnswerOK {
+	a.send(protocol.Cancel, 12345, 0, "") // names nothing: ignored
+	if ans := a.ask(protocol.Ping, 0, ""); ans.Status != protocol.AnswerOK {
 		t.Fatalf("Ping after a stray Cancel = %+v", ans)
 	}
 	// Bad requests are answered '-' and the session goes on.
-	if ans := a.ask(Action(42), 0, "k"); ans.Status != AnswerFail {
+	if ans := a.ask(protocol.Action(42), 0, "k"); ans.Status != protocol.AnswerFail {
 		t.Fatalf("unknown action = %+v", ans)
 	}
-	if ans := a.ask(Lock, 0, ""); ans.Status != AnswerFail {
+	if ans := a.ask(protocol.Lock, 0, ""); ans.Status != protocol.AnswerFail {
 		t.Fatalf("empty key = %+v", ans)
 	}
 	a.id++
-	a.c.Write([]byte{byte(Lock), 0, 0, 0, byte(a.id), 0, 0, 0, 0, 0, 0, 0, 0, 0xff})
-	if ans, _ := a.next(); ans.ID != a.id || ans.Status != AnswerFail {
+	a.c.Write([]byte{byte(protocol.Lock), 0, 0, 0, byte(a.id), 0, 0, 0, 0, 0, 0, 0, 0, 0xff})
+	if ans, _ := a.next(); ans.ID != a.id || ans.Status != protocol.AnswerFail {
 		t.Fatalf("negative key size = %+v", ans)
 	}
 	// A pending id reused is answered '-' at once.
-	a.send(Lock, 200, 0, "k")
+	a.send(protocol.Lock, 200, 0, "k")
 	waitUntil(t, "a queued again", func() bool { return ts.queued("k") == 1 })
-	a.send(Ping, 200, 0, "")
-	if ans, _ := a.next(); ans.ID != 200 || ans.Status != AnswerFail {
+	a.send(protocol.Ping, 200, 0, "")
+	if ans, _ := a.next(); ans.ID != 200 || ans.Status != protocol.AnswerFail {
 		t.Fatalf("reused pending id = %+v", ans)
 	}
 	// Close refuses a's pending Lock, releases nothing of b's, and ends.
-	a.send(Close, 201, 0, "")
+	a.send(protocol.Close, 201, 0, "")
 	first, _ := a.next()
 	second, _ := a.next()
-	if first.ID != 200 || first.Status != AnswerFail || second.ID != 201 || second.Status != AnswerOK {
+	if first.ID != 200 || first.Status != protocol.AnswerFail || second.ID != 201 || second.Status != protocol.AnswerOK {
 		t.Fatalf("Close answers %+v then %+v", first, second)
 	}
 	if !a.closed() {
@@ -185,7 +186,7 @@ func TestSessionRequests(t *testing.T) {
 		t.Fatal("a's session still open after Close")
 	}
 	// b's Close releases its hold.
-	if ans := b.ask(Close, 0, ""); ans.Status != AnswerOK {
+	if ans := b.ask(protocol.Close, 0, ""); ans.Status != protocol.AnswerOK {
 		t.Fatalf("b Close = %+v", ans)
 	}
 	waitUntil(t, "k released", func() bool { _, ok := ts.Table.Key("k"); return !ok })
@@ -193,10 +194,10 @@ func TestSessionRequests(t *testing.T) {
 
 func TestSessionDisconnectAndResume(t *testing.T) {
 	ts := startServer(t, nil)
-	a, oa := ts.openSession(t, Open{TTLMillis: 60000})
-	tok := a.ask(Lock, 0, "held").Token
+	a, oa := ts.openSession(t, protocol.Open{TTLMillis: 60000})
+	tok := a.ask(protocol.Lock, 0, "held").Token
 	ts.Table.TryLock("busy", locker.Holder{Source: "other"})
-	a.send(Lock, 50, 0, "busy")
+	a.send(protocol.Lock, 50, 0, "busy")
 	waitUntil(t, "a queued", func() bool { return ts.queued("busy") == 1 })
 	a.c.Close()
 	// Disconnected: the waiter is withdrawn, the hold stays.
@@ -210,23 +211,23 @@ func TestSessionDisconnectAndResume(t *testing.T) {
 	if ki, _ := ts.Table.Key("held"); ki.Token != tok {
 		t.Fatalf("the hold did not survive the disconnect: %+v", ki)
 	}
-	a2, oa2 := ts.openSession(t, Open{Resume: oa.Session, TTLMillis: 1000, Source: "ignored"})
-	if oa2.Status != AnswerOK || oa2.Session != oa.Session || oa2.TTLMillis != 60000 {
+	a2, oa2 := ts.openSession(t, protocol.Open{Resume: oa.Session, TTLMillis: 1000, Source: "ignored"})
+	if oa2.Status != protocol.AnswerOK || oa2.Session != oa.Session || oa2.TTLMillis != 60000 {
 		t.Fatalf("resume answer %+v", oa2)
 	}
 	// Resumed while connected: the old connection is closed first.
-	a3, _ := ts.openSession(t, Open{Resume: oa.Session})
+	a3, _ := ts.openSession(t, protocol.Open{Resume: oa.Session})
 	if !a2.closed() {
 		t.Fatal("the old connection of a resumed session is still open")
 	}
-	if ans := a3.ask(Unlock, tok, "held"); ans.Status != AnswerOK || ans.Token != tok {
+	if ans := a3.ask(protocol.Unlock, tok, "held"); ans.Status != protocol.AnswerOK || ans.Token != tok {
 		t.Fatalf("Unlock after resume = %+v", ans)
 	}
 	// Unknown sessions and wrong versions are refused with 13 bytes.
-	if _, o := ts.openSession(t, Open{Resume: 42}); o.Status != AnswerFail || o.Session != 0 {
+	if _, o := ts.openSession(t, protocol.Open{Resume: 42}); o.Status != protocol.AnswerFail || o.Session != 0 {
 		t.Fatalf("resume of an unknown session = %+v", o)
 	}
-	if _, o := ts.openSession(t, Open{Version: 9}); o.Status != AnswerFail {
+	if _, o := ts.openSession(t, protocol.Open{Version: 9}); o.Status != protocol.AnswerFail {
 		t.Fatalf("unknown version = %+v", o)
 	}
 }
@@ -234,19 +235,19 @@ func TestSessionDisconnectAndResume(t *testing.T) {
 func TestSessionVersionAnsweredAtOnce(t *testing.T) {
 	ts := startServer(t, nil)
 	c := ts.send(t, []byte{16, 2}) // nothing more will come
-	var b [OpenAnswerSize]byte
+	var b [protocol.OpenAnswerSize]byte
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != AnswerFail {
+	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != protocol.AnswerFail {
 		t.Fatalf("answer to an unknown version: %x, %v", b, err)
 	}
 }
 
 func TestSessionExpiryClosesConnection(t *testing.T) {
 	ts := startServer(t, nil)
-	a, oa := ts.openSession(t, Open{TTLMillis: 1000})
-	a.ask(Lock, 0, "k")
-	b, _ := ts.openSession(t, Open{TTLMillis: 60000})
-	b.send(Lock, 1, 0, "k")
+	a, oa := ts.openSession(t, protocol.Open{TTLMillis: 1000})
+	a.ask(protocol.Lock, 0, "k")
+	b, _ := ts.openSession(t, protocol.Open{TTLMillis: 60000})
+	b.send(protocol.Lock, 1, 0, "k")
 	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
 	// a stays silent past its TTL; the table's reaper ends it.
 	for ts.Table.ExpireSessions() == 0 {
@@ -256,7 +257,7 @@ func TestSessionExpiryClosesConnection(t *testing.T) {
 	if !a.closed() {
 		t.Fatal("an expired session's connection is still open")
 	}
-	if ans, ok := b.next(); !ok || ans.ID != 1 || ans.Status != AnswerOK {
+	if ans, ok := b.next(); !ok || ans.ID != 1 || ans.Status != protocol.AnswerOK {
 		t.Fatalf("b after a expired: %+v, %v", ans, ok)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -269,24 +270,24 @@ func TestSessionExpiryClosesConnection(t *testing.T) {
 
 func TestSessionAuthToken(t *testing.T) {
 	ts := startServer(t, func(s *Server) { s.AuthToken = "s3cret" })
-	if _, o := ts.openSession(t, Open{Auth: "wrong"}); o.Status != AnswerFail {
+	if _, o := ts.openSession(t, protocol.Open{Auth: "wrong"}); o.Status != protocol.AnswerFail {
 		t.Fatalf("wrong auth = %+v", o)
 	}
-	if _, o := ts.openSession(t, Open{}); o.Status != AnswerFail {
+	if _, o := ts.openSession(t, protocol.Open{}); o.Status != protocol.AnswerFail {
 		t.Fatalf("no auth = %+v", o)
 	}
-	p, o := ts.openSession(t, Open{Auth: "s3cret"})
-	if o.Status != AnswerOK {
+	p, o := ts.openSession(t, protocol.Open{Auth: "s3cret"})
+	if o.Status != protocol.AnswerOK {
 		t.Fatalf("right auth = %+v", o)
 	}
-	if ans := p.ask(Lock, 0, "k"); ans.Status != AnswerOK {
+	if ans := p.ask(protocol.Lock, 0, "k"); ans.Status != protocol.AnswerOK {
 		t.Fatalf("Lock = %+v", ans)
 	}
 	// v1 frames are read whole and refused.
-	if got := ts.ask(t, Lock, "v1", "svc"); got != AnswerFail {
+	if got := ts.ask(t, protocol.Lock, "v1", "svc"); got != protocol.AnswerFail {
 		t.Fatalf("v1 Lock with AUTH_TOKEN set = %q", got)
 	}
-	if got := ts.ask(t, Unlock, "k", ""); got != AnswerFail {
+	if got := ts.ask(t, protocol.Unlock, "k", ""); got != protocol.AnswerFail {
 		t.Fatalf("v1 Unlock with AUTH_TOKEN set = %q", got)
 	}
 	if _, ok := ts.Table.Key("k"); !ok {
@@ -297,10 +298,10 @@ func TestSessionAuthToken(t *testing.T) {
 func TestSessionPendingLimit(t *testing.T) {
 	ts := startServer(t, nil)
 	ts.Table.TryLock("k", locker.Holder{Source: "h"})
-	p, _ := ts.openSession(t, Open{})
+	p, _ := ts.openSession(t, protocol.Open{})
 	var buf []byte
 	for i := range MaxPending + 1 {
-		buf, _ = Request{Action: Lock, ID: uint32(i + 1), Key: "k"}.Append(buf)
+		buf, _ = protocol.Request{Action: protocol.Lock, ID: uint32(i + 1), Key: "k"}.Append(buf)
 	}
 	p.c.Write(buf)
 	if !p.closed() {
@@ -311,17 +312,17 @@ func TestSessionPendingLimit(t *testing.T) {
 
 func TestSessionConnectionLimitRefusal(t *testing.T) {
 	ts := startServer(t, func(s *Server) { s.MaxConnections = 1 })
-	p, _ := ts.openSession(t, Open{})
+	p, _ := ts.openSession(t, protocol.Open{})
 	_ = p
-	c := ts.send(t, append(mustOpen(t, Open{Version: 1}), 0))
-	var b [OpenAnswerSize]byte
+	c := ts.send(t, append(mustOpen(t, protocol.Open{Version: 1}), 0))
+	var b [protocol.OpenAnswerSize]byte
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != AnswerFail {
+	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != protocol.AnswerFail {
 		t.Fatalf("a session over the limit got %x, %v; want the 13-byte refusal", b, err)
 	}
 }
 
-func mustOpen(t *testing.T, o Open) []byte {
+func mustOpen(t *testing.T, o protocol.Open) []byte {
 	b, err := o.Append(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -331,24 +332,24 @@ func mustOpen(t *testing.T, o Open) []byte {
 
 func TestOriginalServerFrames(t *testing.T) {
 	ts := startServer(t, nil)
-	if got := ts.ask(t, Lock, "k", "svc"); got != AnswerOK {
+	if got := ts.ask(t, protocol.Lock, "k", "svc"); got != protocol.AnswerOK {
 		t.Fatalf("Lock = %q", got)
 	}
 	// The original Go client's Unlock: no source field, and it waits for
 	// the answer before closing.
-	c := ts.send(t, []byte{byte(Unlock), 1, 'k'})
-	if got := answer(t, c); got != AnswerOK {
+	c := ts.send(t, []byte{byte(protocol.Unlock), 1, 'k'})
+	if got := answer(t, c); got != protocol.AnswerOK {
 		t.Fatalf("original Unlock = %q", got)
 	}
-	ts.ask(t, Lock, "k", "svc")
-	c = ts.send(t, []byte{byte(ResetByKey), 1, 'k'})
-	if got := answer(t, c); got != AnswerOK {
+	ts.ask(t, protocol.Lock, "k", "svc")
+	c = ts.send(t, []byte{byte(protocol.ResetByKey), 1, 'k'})
+	if got := answer(t, c); got != protocol.AnswerOK {
 		t.Fatalf("original ResetByKey = %q", got)
 	}
-	ts.ask(t, Lock, "a", "orig-src")
-	ts.ask(t, Lock, "b", "orig-src")
-	c = ts.send(t, append([]byte{byte(ResetBySource), 8}, "orig-src"...))
-	if got := answer(t, c); got != AnswerOK {
+	ts.ask(t, protocol.Lock, "a", "orig-src")
+	ts.ask(t, protocol.Lock, "b", "orig-src")
+	c = ts.send(t, append([]byte{byte(protocol.ResetBySource), 8}, "orig-src"...))
+	if got := answer(t, c); got != protocol.AnswerOK {
 		t.Fatalf("original ResetBySource = %q", got)
 	}
 	waitUntil(t, "orig-src's keys released", func() bool { return ts.Table.Stats().Held == 0 })
@@ -392,8 +393,8 @@ func TestUndeliveredSessionGrantIsHandedOn(t *testing.T) {
 	var armed atomic.Bool
 	ts := startServerOn(t, failingWrites{Listener: ln, armed: &armed}, nil)
 	holderTok, _ := ts.Table.TryLock("k", locker.Holder{Source: "h"})
-	p, _ := ts.openSession(t, Open{})
-	p.send(Lock, 1, 0, "k")
+	p, _ := ts.openSession(t, protocol.Open{})
+	p.send(protocol.Lock, 1, 0, "k")
 	waitUntil(t, "queued", func() bool { return ts.queued("k") == 1 })
 	next := make(chan error, 1)
 	go func() {
@@ -415,11 +416,11 @@ func TestUndeliveredSessionGrantIsHandedOn(t *testing.T) {
 // lockers, as a program's goroutines would.
 func TestManyLocksOneSession(t *testing.T) {
 	ts := startServer(t, nil)
-	p, _ := ts.openSession(t, Open{})
+	p, _ := ts.openSession(t, protocol.Open{})
 	const n = 200
 	var buf []byte
 	for i := range n {
-		buf, _ = Request{Action: Lock, ID: uint32(i + 1), Key: fmt.Sprint("k", i%10)}.Append(buf)
+		buf, _ = protocol.Request{Action: protocol.Lock, ID: uint32(i + 1), Key: fmt.Sprint("k", i%10)}.Append(buf)
 	}
 	p.c.Write(buf)
 	lastID := map[string]uint32{}    // the last Lock of each key granted
@@ -432,13 +433,13 @@ func TestManyLocksOneSession(t *testing.T) {
 			t.Fatal("connection ended")
 		}
 		if ans.ID > n { // an Unlock's answer: it released the grant it named
-			if ans.Status != AnswerOK || ans.Token != unlocked[ans.ID] {
+			if ans.Status != protocol.AnswerOK || ans.Token != unlocked[ans.ID] {
 				t.Fatalf("Unlock %d answered %+v, want + with token %d", ans.ID, ans, unlocked[ans.ID])
 			}
 			unlocks++
 			continue
 		}
-		if ans.Status != AnswerOK || ans.Token == 0 {
+		if ans.Status != protocol.AnswerOK || ans.Token == 0 {
 			t.Fatalf("Lock answered %+v", ans)
 		}
 		key := fmt.Sprint("k", (ans.ID-1)%10)
@@ -450,7 +451,7 @@ func TestManyLocksOneSession(t *testing.T) {
 		lastID[key], lastToken[key] = ans.ID, ans.Token
 		grants++
 		unlocked[n+ans.ID] = ans.Token
-		b, _ := Request{Action: Unlock, ID: n + ans.ID, Token: ans.Token, Key: key}.Append(nil)
+		b, _ := protocol.Request{Action: protocol.Unlock, ID: n + ans.ID, Token: ans.Token, Key: key}.Append(nil)
 		p.c.Write(b)
 	}
 }
@@ -502,23 +503,23 @@ func TestHandoverToASlowReader(t *testing.T) {
 	}
 	var stalls atomic.Int32
 	ts := startServerOn(t, stallingListener{ln, &stalls}, nil)
-	a, _ := ts.openSession(t, Open{})
-	b, _ := ts.openSession(t, Open{})
-	tok := a.ask(Lock, 0, "k").Token
-	b.send(Lock, 9, 0, "k")
+	a, _ := ts.openSession(t, protocol.Open{})
+	b, _ := ts.openSession(t, protocol.Open{})
+	tok := a.ask(protocol.Lock, 0, "k").Token
+	b.send(protocol.Lock, 9, 0, "k")
 	waitUntil(t, "b queued", func() bool { return ts.queued("k") == 1 })
 	start := time.Now()
-	if ans := a.ask(Unlock, tok, "k"); ans.Status != AnswerOK {
+	if ans := a.ask(protocol.Unlock, tok, "k"); ans.Status != protocol.AnswerOK {
 		t.Fatalf("Unlock = %+v", ans)
 	}
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Fatalf("the releaser waited %v on the slow reader", took)
 	}
 	got, ok := b.next()
-	if !ok || got.ID != 9 || got.Status != AnswerOK || got.Token <= tok {
+	if !ok || got.ID != 9 || got.Status != protocol.AnswerOK || got.Token <= tok {
 		t.Fatalf("b's grant = %+v, %v", got, ok)
 	}
-	if ans := b.ask(Ping, 0, ""); ans.Status != AnswerOK {
+	if ans := b.ask(protocol.Ping, 0, ""); ans.Status != protocol.AnswerOK {
 		t.Fatalf("b after the requeued grant: %+v", ans)
 	}
 	if stalls.Load() == 0 {
@@ -534,18 +535,18 @@ func TestHandoverToASlowReader(t *testing.T) {
 func TestUnlockWithSourceClosesAtOnce(t *testing.T) {
 	ts := startServer(t, func(s *Server) { s.RequestTimeout = 5 * time.Second })
 	for _, split := range []bool{false, true} {
-		ts.ask(t, Lock, "k", "svc")
-		full := frame(Unlock, "k", "svc")
+		ts.ask(t, protocol.Lock, "k", "svc")
+		full := frame(protocol.Unlock, "k", "svc")
 		c := ts.send(t, full[:3])
 		if split {
 			// The source field comes in a second segment, after the answer.
-			if got := answer(t, c); got != AnswerOK {
+			if got := answer(t, c); got != protocol.AnswerOK {
 				t.Fatalf("split Unlock answered %q", got)
 			}
 			c.Write(full[3:])
 		} else {
 			c.Write(full[3:])
-			if got := answer(t, c); got != AnswerOK {
+			if got := answer(t, c); got != protocol.AnswerOK {
 				t.Fatalf("Unlock answered %q", got)
 			}
 		}
@@ -587,16 +588,16 @@ func TestAnswersToAPeerThatReadsLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := startServerOn(t, smallBufferListener{ln}, nil)
-	p, _ := ts.openSession(t, Open{})
+	p, _ := ts.openSession(t, protocol.Open{})
 	if err := p.c.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
 	const pings = 6000
 	var reqs []byte
 	for id := uint32(1); id <= pings; id++ {
-		reqs, _ = Request{Action: Ping, ID: id}.Append(reqs)
+		reqs, _ = protocol.Request{Action: protocol.Ping, ID: id}.Append(reqs)
 	}
-	reqs, _ = Request{Action: Lock, ID: pings + 1, Key: "k"}.Append(reqs)
+	reqs, _ = protocol.Request{Action: protocol.Lock, ID: pings + 1, Key: "k"}.Append(reqs)
 	before := slowWrites.Load()
 	sent := make(chan error, 1)
 	go func() { // blocks while the server waits for us to read
@@ -604,25 +605,25 @@ func TestAnswersToAPeerThatReadsLate(t *testing.T) {
 		sent <- err
 	}()
 	waitUntil(t, "an answer written only once the peer reads", func() bool { return slowWrites.Load() > before })
-	answers := make([]byte, pings*AnswerSize)
+	answers := make([]byte, pings*protocol.AnswerSize)
 	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(p.c, answers); err != nil {
 		t.Fatal(err)
 	}
 	for id := uint32(1); id <= pings; id++ {
-		got, err := DecodeAnswer(answers[(id-1)*AnswerSize:])
-		if err != nil || got.ID != id || got.Status != AnswerOK {
+		got, err := protocol.DecodeAnswer(answers[(id-1)*protocol.AnswerSize:])
+		if err != nil || got.ID != id || got.Status != protocol.AnswerOK {
 			t.Fatalf("answer %d: %+v, %v", id, got, err)
 		}
 	}
 	grant, ok := p.next()
-	if !ok || grant.ID != pings+1 || grant.Status != AnswerOK || grant.Token == 0 {
+	if !ok || grant.ID != pings+1 || grant.Status != protocol.AnswerOK || grant.Token == 0 {
 		t.Fatalf("Lock's answer: %+v, %v", grant, ok)
 	}
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
-	if ans := p.ask(Unlock, grant.Token, "k"); ans.Status != AnswerOK {
+	if ans := p.ask(protocol.Unlock, grant.Token, "k"); ans.Status != protocol.AnswerOK {
 		t.Fatalf("Unlock: %+v", ans)
 	}
 }

@@ -79,7 +79,7 @@ type grantRef struct {
 // pendingReq is one pending request: a Lock with its Pending, or a request
 // being carried out in a goroutine of its own.
 type pendingReq struct {
-	action   Action
+	action   protocol.Action
 	key      string
 	p        *locker.Pending
 	canceled bool // a Cancel came before p was known
@@ -124,27 +124,27 @@ func (sc *sessionConn) open() bool {
 	_ = sc.c.SetReadDeadline(time.Now().Add(s.RequestTimeout))
 	hdr, err := sc.rd.Peek(2)
 	if err != nil {
-		sc.incomplete(SessionOpen, err)
+		sc.incomplete(protocol.SessionOpen, err)
 		return false
 	}
-	if hdr[1] != SessionVersion {
+	if hdr[1] != protocol.SessionVersion {
 		sc.refuseOpen(errBadVersion)
 		return false
 	}
-	var o Open
-	for need := openHeaderSize; ; {
+	var o protocol.Open
+	for need := protocol.OpenHeaderSize; ; {
 		b, err := sc.rd.Peek(need)
 		if err != nil {
-			sc.incomplete(SessionOpen, err)
+			sc.incomplete(protocol.SessionOpen, err)
 			return false
 		}
 		var n int
-		o, n, err = DecodeOpen(b)
+		o, n, err = protocol.DecodeOpen(b)
 		if err == nil {
 			_, _ = sc.rd.Discard(n)
 			break
 		}
-		if !errors.Is(err, ErrShort) {
+		if !errors.Is(err, protocol.ErrShort) {
 			sc.refuseOpen(err)
 			return false
 		}
@@ -174,21 +174,21 @@ func (sc *sessionConn) open() bool {
 			s.Logger.Warn("keepalive not set on a session connection", "peer", sc.remote, "err", err)
 		}
 	}
-	ans := OpenAnswer{Status: AnswerOK, TTLMillis: uint32(sc.link.TTL() / time.Millisecond), Session: uint64(sc.link.ID())}
+	ans := protocol.OpenAnswer{Status: protocol.AnswerOK, TTLMillis: uint32(sc.link.TTL() / time.Millisecond), Session: uint64(sc.link.ID())}
 	_ = sc.c.SetWriteDeadline(time.Now().Add(s.RequestTimeout))
 	if _, err := sc.c.Write(ans.Append(nil)); err != nil {
 		// Open and never told: a resume later finds it, or it expires.
 		sc.link.Detach()
 		return false
 	}
-	s.Observer.Request(SessionOpen, ResultOK)
+	s.Observer.Request(protocol.SessionOpen, ResultOK)
 	s.Logger.Debug("session opened", "session", sc.link.ID().String(), "peer", sc.remote, "resumed", o.Resume != 0)
 	return true
 }
 
 // openNeed is how many bytes the open frame in b needs at least.
 func openNeed(b []byte) int {
-	at := openHeaderSize + int(int8(b[14]))
+	at := protocol.OpenHeaderSize + int(int8(b[14]))
 	if len(b) <= at {
 		return at + 1
 	}
@@ -204,12 +204,12 @@ func (s *Server) ttlFor(ms uint32) time.Duration {
 
 func (sc *sessionConn) refuseOpen(reason error) {
 	sc.s.logRejected("session refused", "peer", sc.remote, "reason", reason.Error())
-	sc.s.Observer.Request(SessionOpen, ResultInvalid)
+	sc.s.Observer.Request(protocol.SessionOpen, ResultInvalid)
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.RequestTimeout))
-	_, _ = sc.c.Write(OpenAnswer{Status: AnswerFail}.Append(nil))
+	_, _ = sc.c.Write(protocol.OpenAnswer{Status: protocol.AnswerFail}.Append(nil))
 }
 
-func (sc *sessionConn) incomplete(a Action, err error) {
+func (sc *sessionConn) incomplete(a protocol.Action, err error) {
 	if !sc.s.closing.Load() && !errors.Is(err, io.EOF) {
 		sc.s.Logger.Warn("session dropped: frame incomplete", "peer", sc.remote, "err", err)
 		sc.s.Observer.Request(a, ResultInvalid)
@@ -250,26 +250,26 @@ func (sc *sessionConn) serve() {
 		if _, err := sc.rd.Peek(1); err != nil {
 			return // EOF, reset, or closed by an expiry, an end or a resume
 		}
-		if sc.rd.Buffered() < RequestHeaderSize && !deadline {
+		if sc.rd.Buffered() < protocol.RequestHeaderSize && !deadline {
 			_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.RequestTimeout))
 			deadline = true
 		}
-		hdr, err := sc.rd.Peek(RequestHeaderSize)
+		hdr, err := sc.rd.Peek(protocol.RequestHeaderSize)
 		if err != nil {
-			sc.incomplete(Action(hdr[0]), err)
+			sc.incomplete(protocol.Action(hdr[0]), err)
 			return
 		}
-		n := RequestSize(hdr)
+		n := protocol.RequestSize(hdr)
 		if sc.rd.Buffered() < n && !deadline {
 			_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.RequestTimeout))
 			deadline = true
 		}
 		b, err := sc.rd.Peek(n)
 		if err != nil {
-			sc.incomplete(Action(hdr[0]), err)
+			sc.incomplete(protocol.Action(hdr[0]), err)
 			return
 		}
-		req, _, _ := DecodeRequest(b)
+		req, _, _ := protocol.DecodeRequest(b)
 		_, _ = sc.rd.Discard(n)
 		sc.link.Touch()
 		if !sc.dispatch(req) {
@@ -282,11 +282,11 @@ func (sc *sessionConn) serve() {
 // reading it waits for nobody.
 func (sc *sessionConn) haveFrame() bool {
 	buffered := sc.rd.Buffered()
-	if buffered < RequestHeaderSize {
+	if buffered < protocol.RequestHeaderSize {
 		return false
 	}
-	hdr, _ := sc.rd.Peek(RequestHeaderSize)
-	return buffered >= RequestSize(hdr)
+	hdr, _ := sc.rd.Peek(protocol.RequestHeaderSize)
+	return buffered >= protocol.RequestSize(hdr)
 }
 
 // MaxUnwritten is how many bytes of one connection's answers may wait in
@@ -334,11 +334,11 @@ func (sc *sessionConn) unwritten() int { return len(sc.out) + sc.inWrite }
 var stallsTotal atomic.Int64
 
 // dispatch carries out one request; false ends the connection.
-func (sc *sessionConn) dispatch(req Request) bool {
+func (sc *sessionConn) dispatch(req protocol.Request) bool {
 	s := sc.s
-	if req.Action == Cancel {
+	if req.Action == protocol.Cancel {
 		sc.cancel(req.ID)
-		s.Observer.Request(Cancel, ResultOK)
+		s.Observer.Request(protocol.Cancel, ResultOK)
 		return true
 	}
 	sc.mu.Lock()
@@ -349,24 +349,24 @@ func (sc *sessionConn) dispatch(req Request) bool {
 		return true
 	}
 	switch req.Action {
-	case Ping:
-		sc.answer(req.ID, AnswerOK, 0, nil)
-		s.Observer.Request(Ping, ResultOK)
+	case protocol.Ping:
+		sc.answer(req.ID, protocol.AnswerOK, 0, nil)
+		s.Observer.Request(protocol.Ping, ResultOK)
 		return true
-	case Close:
+	case protocol.Close:
 		sc.closeSession(req.ID)
 		return false
-	case Lock, TryLock, Unlock, ResetByKey, ResetBySource:
+	case protocol.Lock, protocol.TryLock, protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
 	default:
-		sc.invalid(req, ErrUnknownAction)
+		sc.invalid(req, protocol.ErrUnknownAction)
 		return true
 	}
 	if req.BadSize {
-		sc.invalid(req, ErrNegativeSize)
+		sc.invalid(req, protocol.ErrNegativeSize)
 		return true
 	}
-	if req.Key == "" && req.Action != ResetBySource {
-		sc.invalid(req, ErrEmptyKey)
+	if req.Key == "" && req.Action != protocol.ResetBySource {
+		sc.invalid(req, protocol.ErrEmptyKey)
 		return true
 	}
 	pr := &pendingReq{action: req.Action, key: req.Key, inline: !s.Table.Durable()}
@@ -393,13 +393,13 @@ func (sc *sessionConn) dispatch(req Request) bool {
 }
 
 // carryOut performs a request of the five table actions and answers it.
-func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
+func (sc *sessionConn) carryOut(req protocol.Request, pr *pendingReq) {
 	s := sc.s
 	switch req.Action {
-	case Lock:
+	case protocol.Lock:
 		p, err := sc.link.Lock(req.Key, req.ID, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
 		if err != nil {
-			o := s.refused(command{action: Lock, key: req.Key, link: sc.link, holder: locker.Holder{Remote: sc.remote}}, err)
+			o := s.refused(command{action: protocol.Lock, key: req.Key, link: sc.link, holder: locker.Holder{Remote: sc.remote}}, err)
 			sc.finish(req, pr, o.answer, 0, false)
 			return
 		}
@@ -411,10 +411,10 @@ func (sc *sessionConn) carryOut(req Request, pr *pendingReq) {
 		if canceled {
 			p.Cancel()
 		}
-	case TryLock, Unlock, ResetByKey, ResetBySource:
+	case protocol.TryLock, protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
 		cmd := command{action: req.Action, key: req.Key, link: sc.link, id: req.ID, token: req.Token,
 			holder: locker.Holder{Remote: sc.remote}}
-		if req.Action == ResetBySource && cmd.key == "" {
+		if req.Action == protocol.ResetBySource && cmd.key == "" {
 			cmd.key = peerIP(sc.c.RemoteAddr())
 		}
 		o := s.execute(cmd)
@@ -431,21 +431,21 @@ func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err err
 	s := sc.s
 	switch {
 	case err == nil:
-		s.Observer.Request(Lock, ResultOK)
+		s.Observer.Request(protocol.Lock, ResultOK)
 	case errors.Is(err, locker.ErrDetached):
 		// Withdrawn with its connection: answered nowhere.
-		s.Observer.Request(Lock, ResultHangUp)
+		s.Observer.Request(protocol.Lock, ResultHangUp)
 		sc.mu.Lock()
 		sc.unpend(id, pr)
 		sc.mu.Unlock()
 		return
 	default:
-		s.Observer.Request(Lock, ResultFail)
+		s.Observer.Request(protocol.Lock, ResultFail)
 	}
-	status := AnswerOK
+	status := protocol.AnswerOK
 	var g *grantRef
 	if err != nil {
-		status = AnswerFail
+		status = protocol.AnswerFail
 		token = 0
 	} else {
 		g = &grantRef{key: pr.key, token: token}
@@ -461,7 +461,7 @@ func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err err
 }
 
 // finish answers a request carried out by the reader or its goroutine.
-func (sc *sessionConn) finish(req Request, pr *pendingReq, status byte, token uint64, granted bool) {
+func (sc *sessionConn) finish(req protocol.Request, pr *pendingReq, status byte, token uint64, granted bool) {
 	sc.s.Observer.Request(req.Action, resultOf(status))
 	var g *grantRef
 	if granted {
@@ -474,10 +474,10 @@ func (sc *sessionConn) finish(req Request, pr *pendingReq, status byte, token ui
 }
 
 // invalid answers '-' to a malformed request; the session goes on.
-func (sc *sessionConn) invalid(req Request, reason error) {
+func (sc *sessionConn) invalid(req protocol.Request, reason error) {
 	sc.s.logRejected("session request rejected", "peer", sc.remote, "action", req.Action.String(), "reason", reason.Error())
 	sc.s.Observer.Request(req.Action, ResultInvalid)
-	sc.answer(req.ID, AnswerFail, 0, nil)
+	sc.answer(req.ID, protocol.AnswerFail, 0, nil)
 }
 
 // cancel withdraws the pending Lock id, if there is one; its callback
@@ -485,7 +485,7 @@ func (sc *sessionConn) invalid(req Request, reason error) {
 func (sc *sessionConn) cancel(id uint32) {
 	sc.mu.Lock()
 	pr := sc.pending[id]
-	if pr == nil || pr.action != Lock {
+	if pr == nil || pr.action != protocol.Lock {
 		sc.mu.Unlock()
 		return // names no pending Lock: ignored
 	}
@@ -504,14 +504,14 @@ func (sc *sessionConn) cancel(id uint32) {
 func (sc *sessionConn) closeSession(id uint32) {
 	sc.requests.Wait() // durable requests already started answer first
 	res, err := sc.link.Close()
-	status := AnswerOK
+	status := protocol.AnswerOK
 	if err != nil && !errors.Is(err, locker.ErrJournal) {
-		status = AnswerFail
+		status = protocol.AnswerFail
 	}
 	if err != nil {
 		sc.s.Logger.Warn("session close", "session", sc.link.ID().String(), "peer", sc.remote, "err", err)
 	}
-	sc.s.Observer.Request(Close, resultOf(status))
+	sc.s.Observer.Request(protocol.Close, resultOf(status))
 	sc.s.Logger.Debug("session closed", "session", sc.link.ID().String(), "released", res.Released, "refused", res.Refused)
 	sc.answer(id, status, 0, nil)
 	sc.mu.Lock()
@@ -536,7 +536,7 @@ func (sc *sessionConn) queue(id uint32, status byte, token uint64, g *grantRef) 
 		}
 		return
 	}
-	sc.out = Answer{ID: id, Status: status, Token: token}.Append(sc.out)
+	sc.out = protocol.Answer{ID: id, Status: status, Token: token}.Append(sc.out)
 	if g != nil {
 		g.end = len(sc.out)
 		sc.grants = append(sc.grants, *g)

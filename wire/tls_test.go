@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/tlsconf/tlstest"
 )
 
@@ -44,13 +45,13 @@ func TestTLSBothProtocols(t *testing.T) {
 	}
 	ts := startTLSServer(t, rl, nil)
 
-	if a := ts.ask(t, Lock, "k", "holder"); a != AnswerOK {
+	if a := ts.ask(t, protocol.Lock, "k", "holder"); a != protocol.AnswerOK {
 		t.Fatalf("Lock over TLS: %q", a)
 	}
 	<-rl.conns
 	// A waiter that hangs up (close_notify: the client's CloseWrite) is
 	// withdrawn, as on a plain connection.
-	ghost := ts.send(t, frame(Lock, "k", "ghost"))
+	ghost := ts.send(t, frame(protocol.Lock, "k", "ghost"))
 	if !keepAliveOn(t, <-rl.conns) {
 		t.Error("keepalive is off on a TLS connection")
 	}
@@ -61,30 +62,30 @@ func TestTLSBothProtocols(t *testing.T) {
 	waitUntil(t, "ghost withdrawn", func() bool { return ts.queued("k") == 0 })
 	// A waiter that stays is granted when the key is unlocked: its
 	// watcher's read, stopped by a deadline, leaves the TLS stream usable.
-	live := ts.send(t, frame(Lock, "k", "live"))
+	live := ts.send(t, frame(protocol.Lock, "k", "live"))
 	waitUntil(t, "live queued", func() bool { return ts.queued("k") == 1 })
-	if a := ts.ask(t, Unlock, "k", "holder"); a != AnswerOK {
+	if a := ts.ask(t, protocol.Unlock, "k", "holder"); a != protocol.AnswerOK {
 		t.Fatalf("Unlock over TLS: %q", a)
 	}
-	if a := answer(t, live); a != AnswerOK {
+	if a := answer(t, live); a != protocol.AnswerOK {
 		t.Fatalf("the waiter over TLS answered %q after the unlock", a)
 	}
 	if ki, _ := ts.Table.Key("k"); ki.Holder.Source != "live" {
 		t.Fatalf("holder %q, want live", ki.Holder.Source)
 	}
-	if a := ts.ask(t, Unlock, "k", ""); a != AnswerOK {
+	if a := ts.ask(t, protocol.Unlock, "k", ""); a != protocol.AnswerOK {
 		t.Fatalf("Unlock over TLS: %q", a)
 	}
 
-	p, oa := ts.openSession(t, Open{TTLMillis: 5000})
-	if oa.Status != AnswerOK {
+	p, oa := ts.openSession(t, protocol.Open{TTLMillis: 5000})
+	if oa.Status != protocol.AnswerOK {
 		t.Fatalf("session open over TLS: %+v", oa)
 	}
-	tok := p.ask(Lock, 0, "s").Token
-	if a := p.ask(Ping, 0, ""); a.Status != AnswerOK {
+	tok := p.ask(protocol.Lock, 0, "s").Token
+	if a := p.ask(protocol.Ping, 0, ""); a.Status != protocol.AnswerOK {
 		t.Fatalf("Ping: %+v", a)
 	}
-	if a := p.ask(Unlock, tok, "s"); a.Status != AnswerOK || a.Token != tok {
+	if a := p.ask(protocol.Unlock, tok, "s"); a.Status != protocol.AnswerOK || a.Token != tok {
 		t.Fatalf("Unlock: %+v", a)
 	}
 }
@@ -112,11 +113,11 @@ func TestTLSHandshakeIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		if _, err := c.Write(frame(Lock, "k", "plain")); err != nil {
+		if _, err := c.Write(frame(protocol.Lock, "k", "plain")); err != nil {
 			t.Fatal(err)
 		}
 		return c
-	}()); a == AnswerOK {
+	}()); a == protocol.AnswerOK {
 		t.Fatal("a plain frame was granted on a TLS port")
 	}
 	waitUntil(t, "the failed handshake logged", func() bool { return strings.Contains(ts.log.String(), "tls handshake failed") })
@@ -129,17 +130,17 @@ func TestTLSHandshakeIsBounded(t *testing.T) {
 // inside TLS.
 func TestTLSConnectionLimit(t *testing.T) {
 	ts := startTLSServer(t, nil, func(s *Server) { s.MaxConnections = 1 })
-	p, oa := ts.openSession(t, Open{})
-	if oa.Status != AnswerOK {
+	p, oa := ts.openSession(t, protocol.Open{})
+	if oa.Status != protocol.AnswerOK {
 		t.Fatalf("open: %+v", oa)
 	}
-	if a := ts.ask(t, TryLock, "k", ""); a != AnswerFail {
+	if a := ts.ask(t, protocol.TryLock, "k", ""); a != protocol.AnswerFail {
 		t.Fatalf("v1 over the limit answered %q, want '-'", a)
 	}
-	if _, o := ts.openSession(t, Open{}); o.Status != AnswerFail {
+	if _, o := ts.openSession(t, protocol.Open{}); o.Status != protocol.AnswerFail {
 		t.Fatalf("session over the limit: %+v, want '-'", o)
 	}
-	if a := p.ask(Ping, 0, ""); a.Status != AnswerOK {
+	if a := p.ask(protocol.Ping, 0, ""); a.Status != protocol.AnswerOK {
 		t.Fatalf("the session within the limit: %+v", a)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client"
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // forwarded are the signals passed on to a command run under a lock, and
@@ -288,8 +288,8 @@ func (a *app) cmdReset(ctx context.Context, args []string) (int, error) {
 		case len(pos) > 2:
 			return 0, a.usage("reset", "unexpected argument %q after SOURCE", pos[2])
 		}
-		if len(source) > wire.MaxField {
-			return 0, a.usage("reset", "SOURCE is %d bytes long; at most %d are allowed", len(source), wire.MaxField)
+		if len(source) > protocol.MaxField {
+			return 0, a.usage("reset", "SOURCE is %d bytes long; at most %d are allowed", len(source), protocol.MaxField)
 		}
 		held, more, known := a.heldBySource(ctx, source)
 		if err := c.ResetBySource(ctx, source); err != nil {

@@ -45,7 +45,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client"
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // Exit statuses (README.md, "Exit status"). A command run under the lock passes its own.
@@ -285,8 +285,8 @@ func (a *app) checkGlobals(c string) error {
 	if _, _, err := net.SplitHostPort(a.address); err != nil {
 		return a.usage(c, "--address %q: want HOST:PORT (from --address, LC_ADDRESS or the default %s)", a.address, client.DefaultAddress)
 	}
-	if len(a.source) > wire.MaxField {
-		return a.usage(c, "--source is %d bytes long; at most %d are allowed", len(a.source), wire.MaxField)
+	if len(a.source) > protocol.MaxField {
+		return a.usage(c, "--source is %d bytes long; at most %d are allowed", len(a.source), protocol.MaxField)
 	}
 	if a.tlsCA != "" || a.tlsCert != "" || a.tlsKey != "" || a.tlsServerName != "" {
 		cfg, err := client.TLSFiles{CA: a.tlsCA, Cert: a.tlsCert, Key: a.tlsKey, ServerName: a.tlsServerName}.Config()
@@ -307,8 +307,8 @@ func (a *app) oneKey(c string, pos []string) (string, error) {
 		return "", a.usage(c, "unexpected argument %q after KEY (a command to run goes after --)", pos[1])
 	case pos[0] == "":
 		return "", a.usage(c, "KEY is empty")
-	case len(pos[0]) > wire.MaxField:
-		return "", a.usage(c, "KEY is %d bytes long; at most %d are allowed", len(pos[0]), wire.MaxField)
+	case len(pos[0]) > protocol.MaxField:
+		return "", a.usage(c, "KEY is %d bytes long; at most %d are allowed", len(pos[0]), protocol.MaxField)
 	}
 	return pos[0], nil
 }

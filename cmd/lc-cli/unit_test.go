@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client"
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 func TestParseArgsAcceptsFlagsAfterKey(t *testing.T) {
@@ -135,7 +135,7 @@ func TestReleaseRetriesOnlyUnsent(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var frame [wire.MaxFrame]byte
+			var frame [protocol.MaxFrame]byte
 			_, _ = c.Read(frame[:])
 			conns.Add(1)
 			c.Close() // read, and no answer

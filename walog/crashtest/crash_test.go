@@ -19,10 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
+
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/client"
-	"github.com/locking-center/locking-center/wire"
 )
 
 // The run's size. -crash-cycles or LC_CRASH_CYCLES raises the number of
@@ -321,9 +322,9 @@ func (w *sworker) run(ctx context.Context, t *testing.T, addr string, rec *recor
 	}
 	for n := 0; ctx.Err() == nil; n++ {
 		k := keys[rng.IntN(len(keys))]
-		action := wire.Lock
+		action := protocol.Lock
 		if rng.IntN(4) == 0 {
-			action = wire.TryLock
+			action = protocol.TryLock
 		}
 		a, err := w.s.do(action, k, 0, time.Minute)
 		if err != nil {
@@ -331,9 +332,9 @@ func (w *sworker) run(ctx context.Context, t *testing.T, addr string, rec *recor
 			return
 		}
 		switch {
-		case a.Status == wire.AnswerLocked && action == wire.TryLock:
+		case a.Status == protocol.AnswerLocked && action == protocol.TryLock:
 			continue
-		case a.Status != wire.AnswerOK:
+		case a.Status != protocol.AnswerOK:
 			t.Errorf("%s: %v %q answered %q on a healthy disk", w.name, action, k, a.Status)
 			return
 		case a.Token == 0:
@@ -353,12 +354,12 @@ func (w *sworker) run(ctx context.Context, t *testing.T, addr string, rec *recor
 		h := w.holding
 		rec.release(h, time.Now())
 		w.holding = nil
-		a, err = w.s.do(wire.Unlock, k, h.token, time.Minute)
+		a, err = w.s.do(protocol.Unlock, k, h.token, time.Minute)
 		if err != nil {
 			w.unsure[k] = true
 			return
 		}
-		if a.Status != wire.AnswerOK || a.Token != h.token {
+		if a.Status != protocol.AnswerOK || a.Token != h.token {
 			t.Errorf("%s: unlock of %q under token %d answered %q with token %d", w.name, k, h.token, a.Status, a.Token)
 		}
 	}
@@ -589,8 +590,8 @@ func verify(t *testing.T, srv *server, ws []*worker, ss []*sworker, keys []strin
 				t.Errorf("cycle %d: resumed session %s should hold %q, but TryLock gave %v", cycle, w.name, h.key, err)
 			}
 			rec.release(h, time.Now())
-			a, err := s.do(wire.Unlock, h.key, h.token, 10*time.Second)
-			if err != nil || a.Status != wire.AnswerOK || a.Token != h.token {
+			a, err := s.do(protocol.Unlock, h.key, h.token, 10*time.Second)
+			if err != nil || a.Status != protocol.AnswerOK || a.Token != h.token {
 				t.Errorf("cycle %d: resumed session %s: unlock %q under token %d gave %+v, %v", cycle, w.name, h.key, h.token, a, err)
 			} else {
 				seen.resumed++
@@ -599,7 +600,7 @@ func verify(t *testing.T, srv *server, ws []*worker, ss []*sworker, keys []strin
 		}
 		for k := range w.unsure {
 			// Held or not, both are allowed; give it back if held.
-			if _, err := s.do(wire.Unlock, k, 0, 10*time.Second); err != nil {
+			if _, err := s.do(protocol.Unlock, k, 0, 10*time.Second); err != nil {
 				t.Errorf("cycle %d: resumed session %s: unlock %q: %v", cycle, w.name, k, err)
 			}
 		}
@@ -707,18 +708,18 @@ func verify(t *testing.T, srv *server, ws []*worker, ss []*sworker, keys []strin
 	}
 	defer s.close()
 	for _, k := range keys {
-		a, err := s.do(wire.TryLock, k, 0, 10*time.Second)
-		if err != nil || a.Status != wire.AnswerOK || a.Token == 0 {
+		a, err := s.do(protocol.TryLock, k, 0, 10*time.Second)
+		if err != nil || a.Status != protocol.AnswerOK || a.Token == 0 {
 			t.Errorf("cycle %d: checker session TryLock %q: %+v, %v", cycle, k, a, err)
 			continue
 		}
 		h := rec.grant(k, "checker-session", a.Token, time.Now())
 		rec.release(h, time.Now())
-		if a, err := s.do(wire.Unlock, k, h.token, 10*time.Second); err != nil || a.Status != wire.AnswerOK || a.Token != h.token {
+		if a, err := s.do(protocol.Unlock, k, h.token, 10*time.Second); err != nil || a.Status != protocol.AnswerOK || a.Token != h.token {
 			t.Errorf("cycle %d: checker session unlock %q: %+v, %v", cycle, k, a, err)
 		}
 	}
-	if a, err := s.do(wire.Close, "", 0, 10*time.Second); err != nil || a.Status != wire.AnswerOK {
+	if a, err := s.do(protocol.Close, "", 0, 10*time.Second); err != nil || a.Status != protocol.AnswerOK {
 		t.Errorf("cycle %d: checker session close: %+v, %v", cycle, a, err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes on a new folder and unmounts it
@@ -68,14 +68,14 @@ func TestBinaryDiskFull(t *testing.T) {
 	var acked []string
 	refused := -1
 	for i := 0; i < 5000 && refused < 0; i++ {
-		a, err := v1Ask(srv.addr, wire.Frame{Action: wire.TryLock, Key: key(i), Source: source}, 0)
+		a, err := v1Ask(srv.addr, protocol.Frame{Action: protocol.TryLock, Key: key(i), Source: source}, 0)
 		if err != nil {
 			t.Fatalf("trylock %d: %v", i, err)
 		}
 		switch a {
-		case wire.AnswerOK:
+		case protocol.AnswerOK:
 			acked = append(acked, key(i))
-		case wire.AnswerFail:
+		case protocol.AnswerFail:
 			refused = i
 		default:
 			t.Fatalf("trylock %d of a new key answered %q", i, a)
@@ -86,13 +86,13 @@ func TestBinaryDiskFull(t *testing.T) {
 	}
 	// The log failed: everything is refused now, even an unlock (its
 	// record could not be written either), and nothing is granted.
-	for _, f := range []wire.Frame{
-		{Action: wire.TryLock, Key: "after-full", Source: "t"},
-		{Action: wire.Lock, Key: "after-full-2", Source: "t"},
-		{Action: wire.Unlock, Key: acked[0], Source: "t"},
+	for _, f := range []protocol.Frame{
+		{Action: protocol.TryLock, Key: "after-full", Source: "t"},
+		{Action: protocol.Lock, Key: "after-full-2", Source: "t"},
+		{Action: protocol.Unlock, Key: acked[0], Source: "t"},
 	} {
 		a, err := v1Ask(srv.addr, f, 0)
-		if err != nil || a != wire.AnswerFail {
+		if err != nil || a != protocol.AnswerFail {
 			t.Errorf("%v %q on a full disk: %q, %v; want '-'", f.Action, f.Key, a, err)
 		}
 	}
@@ -104,12 +104,12 @@ func TestBinaryDiskFull(t *testing.T) {
 	remountTmpfs(t, dir, 1<<20)
 	srv = start(t, dataPath)
 	for _, k := range acked {
-		a, err := v1Ask(srv.addr, wire.Frame{Action: wire.TryLock, Key: k, Source: "t"}, 0)
-		if err != nil || a != wire.AnswerLocked {
+		a, err := v1Ask(srv.addr, protocol.Frame{Action: protocol.TryLock, Key: k, Source: "t"}, 0)
+		if err != nil || a != protocol.AnswerLocked {
 			t.Fatalf("%q was acknowledged before the disk filled, but after restart TryLock gave %q, %v", k, a, err)
 		}
 	}
-	if a, err := v1Ask(srv.addr, wire.Frame{Action: wire.TryLock, Key: "after-restart", Source: "t"}, 0); err != nil || a != wire.AnswerOK {
+	if a, err := v1Ask(srv.addr, protocol.Frame{Action: protocol.TryLock, Key: "after-restart", Source: "t"}, 0); err != nil || a != protocol.AnswerOK {
 		t.Fatalf("a new grant after room was made: %q, %v", a, err)
 	}
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/wire"
 )
@@ -82,7 +83,7 @@ func TestWaiterDisconnectRaces(t *testing.T) {
 			pool := make(map[int]*lsess) // a session per queue place, reused between rounds
 			defer func() {
 				for _, s := range pool {
-					if a, err := s.ask(wire.Close, "", 0); err != nil || a.Status != wire.AnswerOK {
+					if a, err := s.ask(protocol.Close, "", 0); err != nil || a.Status != protocol.AnswerOK {
 						t.Errorf("close: %+v, %v", a, err)
 					}
 					s.close()
@@ -115,7 +116,7 @@ func TestWaiterDisconnectRaces(t *testing.T) {
 // returns the departures, the grants in order and the grants that crossed
 // a drop.
 func raceRound(t *testing.T, srv *wire.Server, addr, key string, rng *rand.Rand, pool map[int]*lsess) (departures, inOrder, crossedDrops int) {
-	if a, err := v1Ask(addr, wire.Frame{Action: wire.TryLock, Key: key, Source: "holder"}, 0); err != nil || a != wire.AnswerOK {
+	if a, err := v1Ask(addr, protocol.Frame{Action: protocol.TryLock, Key: key, Source: "holder"}, 0); err != nil || a != protocol.AnswerOK {
 		t.Errorf("%s: holder's TryLock: %q, %v", key, a, err)
 		return
 	}
@@ -128,7 +129,7 @@ func raceRound(t *testing.T, srv *wire.Server, addr, key string, rng *rand.Rand,
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := wire.Frame{Action: wire.Lock, Key: key, Source: fmt.Sprintf("v%d", i)}.Append(nil)
+			b, _ := protocol.Frame{Action: protocol.Lock, Key: key, Source: fmt.Sprintf("v%d", i)}.Append(nil)
 			if _, err := c.Write(b); err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +146,7 @@ func raceRound(t *testing.T, srv *wire.Server, addr, key string, rng *rand.Rand,
 				pool[i] = &lsess{sess: s}
 			}
 			w.s = pool[i]
-			id, err := w.s.send(wire.Lock, key, 0)
+			id, err := w.s.send(protocol.Lock, key, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +202,7 @@ func raceRound(t *testing.T, srv *wire.Server, addr, key string, rng *rand.Rand,
 		})
 	}
 	jitter()
-	if a, err := v1Ask(addr, wire.Frame{Action: wire.Unlock, Key: key, Source: "holder"}, 0); err != nil || a != wire.AnswerOK {
+	if a, err := v1Ask(addr, protocol.Frame{Action: protocol.Unlock, Key: key, Source: "holder"}, 0); err != nil || a != protocol.AnswerOK {
 		t.Errorf("%s: holder's Unlock: %q, %v", key, a, err)
 	}
 	wg.Wait()
@@ -236,8 +237,8 @@ func serveWaiter(t *testing.T, addr, key string, w *raceWaiter, granted func()) 
 			}
 			_ = w.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 			var b [1]byte
-			if n, _ := w.conn.Read(b[:]); n == 1 && b[0] == wire.AnswerOK {
-				if a, err := v1Ask(addr, wire.Frame{Action: wire.Unlock, Key: key, Source: "w"}, 0); err != nil || a != wire.AnswerOK {
+			if n, _ := w.conn.Read(b[:]); n == 1 && b[0] == protocol.AnswerOK {
+				if a, err := v1Ask(addr, protocol.Frame{Action: protocol.Unlock, Key: key, Source: "w"}, 0); err != nil || a != protocol.AnswerOK {
 					t.Errorf("%s: giving back a grant that crossed a hang-up: %q, %v", key, a, err)
 				}
 				return true
@@ -246,12 +247,12 @@ func serveWaiter(t *testing.T, addr, key string, w *raceWaiter, granted func()) 
 		}
 		_ = w.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 		var b [1]byte
-		if _, err := io.ReadFull(w.conn, b[:]); err != nil || b[0] != wire.AnswerOK {
+		if _, err := io.ReadFull(w.conn, b[:]); err != nil || b[0] != protocol.AnswerOK {
 			t.Errorf("%s: v1 waiter %d: %q, %v", key, w.pos, b[0], err)
 			return false
 		}
 		granted()
-		if a, err := v1Ask(addr, wire.Frame{Action: wire.Unlock, Key: key, Source: "w"}, 0); err != nil || a != wire.AnswerOK {
+		if a, err := v1Ask(addr, protocol.Frame{Action: protocol.Unlock, Key: key, Source: "w"}, 0); err != nil || a != protocol.AnswerOK {
 			t.Errorf("%s: v1 waiter %d unlock: %q, %v", key, w.pos, a, err)
 		}
 		return false
@@ -267,12 +268,12 @@ func serveWaiter(t *testing.T, addr, key string, w *raceWaiter, granted func()) 
 			return false
 		}
 		s.sess, s.part = ns, nil
-		a, err := s.ask(wire.Unlock, key, 0)
+		a, err := s.ask(protocol.Unlock, key, 0)
 		if err != nil {
 			t.Errorf("%s: unlock after resume: %v", key, err)
 			return false
 		}
-		return a.Status == wire.AnswerOK
+		return a.Status == protocol.AnswerOK
 	case "cancel":
 		if err := s.cancel(w.id); err != nil {
 			t.Errorf("%s: cancel: %v", key, err)
@@ -284,14 +285,14 @@ func serveWaiter(t *testing.T, addr, key string, w *raceWaiter, granted func()) 
 		t.Errorf("%s: session waiter %d: %v", key, w.pos, err)
 		return false
 	}
-	if a.Status != wire.AnswerOK {
+	if a.Status != protocol.AnswerOK {
 		if w.depart != "cancel" {
 			t.Errorf("%s: session waiter %d answered %q", key, w.pos, a.Status)
 		}
 		return false // withdrawn by its Cancel
 	}
 	granted()
-	if u, err := s.ask(wire.Unlock, key, a.Token); err != nil || u.Status != wire.AnswerOK || u.Token != a.Token {
+	if u, err := s.ask(protocol.Unlock, key, a.Token); err != nil || u.Status != protocol.AnswerOK || u.Token != a.Token {
 		t.Errorf("%s: session waiter %d unlock: %+v, %v", key, w.pos, u, err)
 	}
 	return false

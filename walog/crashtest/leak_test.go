@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/walog/crashtest/history"
-	"github.com/locking-center/locking-center/wire"
 )
 
 var leakDuration = flag.Duration("leak-duration", 0, "load time of TestNoLeaksAfterLoad (default LC_LEAK_DURATION, else 3s)")
@@ -112,7 +112,7 @@ func TestNoLeaksAfterLoad(t *testing.T) {
 		for stopped := false; !stopped; {
 			for _, k := range lr.keys { // clients stop at their next turn: free the keys they wait for
 				h := lr.rec.Call(history.Op{Client: loadV1 + loadSessions, Kind: history.ResetKey, Key: k, Who: "checker"})
-				a, err := v1Ask(lr.addr, wire.Frame{Action: wire.ResetByKey, Key: k}, 0)
+				a, err := v1Ask(lr.addr, protocol.Frame{Action: protocol.ResetByKey, Key: k}, 0)
 				if err != nil {
 					t.Fatalf("reset %q: %v", k, err)
 				}
@@ -129,7 +129,7 @@ func TestNoLeaksAfterLoad(t *testing.T) {
 		}
 		for _, w := range ss {
 			h := lr.rec.Call(history.Op{Client: w.id, Kind: history.EndSession, Key: history.AllKeys, Who: w.name})
-			a, err := w.s.ask(wire.Close, "", 0)
+			a, err := w.s.ask(protocol.Close, "", 0)
 			if err != nil {
 				t.Fatalf("%s: close: %v", w.name, err)
 			}

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/walog/crashtest/history"
-	"github.com/locking-center/locking-center/wire"
 )
 
 // TestCrashRestartUnderLoad's size: loadV1 v1 clients and loadSessions
@@ -90,7 +90,7 @@ var errHungUp = errors.New("hung up")
 
 // v1Ask sends one v1 frame on a new connection and reads the answer. With
 // giveUp > 0 it hangs up if no answer came by then (see errHungUp).
-func v1Ask(addr string, f wire.Frame, giveUp time.Duration) (byte, error) {
+func v1Ask(addr string, f protocol.Frame, giveUp time.Duration) (byte, error) {
 	b, err := f.Append(nil)
 	if err != nil {
 		return 0, err
@@ -141,11 +141,11 @@ func isTimeout(err error) bool {
 // outcomeOf maps an answer byte to what the history records.
 func outcomeOf(a byte) history.Outcome {
 	switch a {
-	case wire.AnswerOK:
+	case protocol.AnswerOK:
 		return history.OK
-	case wire.AnswerLocked:
+	case protocol.AnswerLocked:
 		return history.Busy
-	case wire.AnswerFail:
+	case protocol.AnswerFail:
 		return history.Fail
 	}
 	return history.Unknown
@@ -160,12 +160,12 @@ type lsess struct {
 }
 
 // send writes one request and returns its id.
-func (s *lsess) send(a wire.Action, key string, token uint64) (uint32, error) {
+func (s *lsess) send(a protocol.Action, key string, token uint64) (uint32, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.next++
 	id := s.next
-	b, err := wire.Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
+	b, err := protocol.Request{Action: a, ID: id, Token: token, Key: key}.Append(nil)
 	if err == nil {
 		_, err = s.conn.Write(b)
 	}
@@ -176,7 +176,7 @@ func (s *lsess) send(a wire.Action, key string, token uint64) (uint32, error) {
 func (s *lsess) cancel(id uint32) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	b, err := wire.Request{Action: wire.Cancel, ID: id}.Append(nil)
+	b, err := protocol.Request{Action: protocol.Cancel, ID: id}.Append(nil)
 	if err == nil {
 		_, err = s.conn.Write(b)
 	}
@@ -185,13 +185,13 @@ func (s *lsess) cancel(id uint32) error {
 
 // await reads answers until the one to id, skipping Pings'. A timeout
 // leaves the connection usable (the bytes read so far are kept).
-func (s *lsess) await(id uint32, d time.Duration) (wire.Answer, error) {
+func (s *lsess) await(id uint32, d time.Duration) (protocol.Answer, error) {
 	_ = s.conn.SetReadDeadline(time.Now().Add(d))
 	var buf [64]byte
 	for {
-		for len(s.part) >= wire.AnswerSize {
-			a, err := wire.DecodeAnswer(s.part[:wire.AnswerSize])
-			s.part = s.part[wire.AnswerSize:]
+		for len(s.part) >= protocol.AnswerSize {
+			a, err := protocol.DecodeAnswer(s.part[:protocol.AnswerSize])
+			s.part = s.part[protocol.AnswerSize:]
 			if err != nil {
 				return a, err
 			}
@@ -205,16 +205,16 @@ func (s *lsess) await(id uint32, d time.Duration) (wire.Answer, error) {
 		n, err := s.conn.Read(buf[:])
 		s.part = append(s.part, buf[:n]...)
 		if err != nil && n == 0 {
-			return wire.Answer{}, err
+			return protocol.Answer{}, err
 		}
 	}
 }
 
 // ask sends a request and waits for its answer.
-func (s *lsess) ask(a wire.Action, key string, token uint64) (wire.Answer, error) {
+func (s *lsess) ask(a protocol.Action, key string, token uint64) (protocol.Answer, error) {
 	id, err := s.send(a, key, token)
 	if err != nil {
-		return wire.Answer{}, err
+		return protocol.Answer{}, err
 	}
 	return s.await(id, time.Minute)
 }
@@ -263,7 +263,7 @@ func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 			continue
 		}
 		k := lr.keys[rng.IntN(len(lr.keys))]
-		kind, action := history.Lock, wire.Lock
+		kind, action := history.Lock, protocol.Lock
 		var giveUp time.Duration
 		switch r := rng.IntN(20); {
 		case r < 11:
@@ -271,12 +271,12 @@ func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 				giveUp = time.Duration(1+rng.IntN(30)) * time.Millisecond // a hang-up mid-queue
 			}
 		case r < 18:
-			kind, action = history.TryLock, wire.TryLock
+			kind, action = history.TryLock, protocol.TryLock
 		default:
-			kind, action = history.ResetKey, wire.ResetByKey
+			kind, action = history.ResetKey, protocol.ResetByKey
 		}
 		h := lr.rec.Call(history.Op{Client: w.id, Kind: kind, Key: k, Who: w.name})
-		a, err := v1Ask(lr.addr, wire.Frame{Action: action, Key: k, Source: w.name}, giveUp)
+		a, err := v1Ask(lr.addr, protocol.Frame{Action: action, Key: k, Source: w.name}, giveUp)
 		switch {
 		case errors.Is(err, errHungUp) && a == 0:
 			// Closed without an answer: the server withdrew the waiter, or
@@ -291,7 +291,7 @@ func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 			return // the server died: left open, settled at the next restart
 		}
 		lr.rec.Return(h, outcomeOf(a), 0)
-		if a == wire.AnswerOK && action != wire.ResetByKey {
+		if a == protocol.AnswerOK && action != protocol.ResetByKey {
 			w.held = k
 			if d := rng.IntN(300); d > 0 {
 				time.Sleep(time.Duration(d) * time.Microsecond) // the critical section
@@ -304,10 +304,10 @@ func (w *v1Client) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 // its own source; false when the server died meanwhile.
 func (w *v1Client) release(lr *loadRun, rng *rand.Rand) bool {
 	op := history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name}
-	f := wire.Frame{Action: wire.Unlock, Key: w.held, Source: w.name}
+	f := protocol.Frame{Action: protocol.Unlock, Key: w.held, Source: w.name}
 	if rng.IntN(8) == 0 {
 		op.Kind, op.Key = history.ResetSource, history.AllKeys
-		f = wire.Frame{Action: wire.ResetBySource, Source: w.name}
+		f = protocol.Frame{Action: protocol.ResetBySource, Source: w.name}
 	}
 	h := lr.rec.Call(op)
 	a, err := v1Ask(lr.addr, f, 0)
@@ -375,7 +375,7 @@ func (w *sClient) resume(lr *loadRun) bool {
 // after a Lock whose outcome it did not learn.
 func (w *sClient) unlockAny(lr *loadRun, k string) bool {
 	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: k, Who: w.name, Session: true})
-	a, err := w.s.ask(wire.Unlock, k, 0)
+	a, err := w.s.ask(protocol.Unlock, k, 0)
 	if err != nil {
 		return false
 	}
@@ -402,12 +402,12 @@ func (w *sClient) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 			}
 		case r < 19:
 			h := lr.rec.Call(history.Op{Client: w.id, Kind: history.TryLock, Key: k, Who: w.name, Session: true})
-			a, err := w.s.ask(wire.TryLock, k, 0)
+			a, err := w.s.ask(protocol.TryLock, k, 0)
 			if err != nil {
 				return
 			}
 			lr.rec.Return(h, outcomeOf(a.Status), a.Token)
-			if a.Status == wire.AnswerOK {
+			if a.Status == protocol.AnswerOK {
 				w.held, w.token = k, a.Token
 				w.checkToken(lr, a)
 			}
@@ -419,7 +419,7 @@ func (w *sClient) run(ctx context.Context, lr *loadRun, rng *rand.Rand) {
 	}
 }
 
-func (w *sClient) checkToken(lr *loadRun, a wire.Answer) {
+func (w *sClient) checkToken(lr *loadRun, a protocol.Answer) {
 	if a.Token == 0 {
 		lr.t.Errorf("%s: '+' without a token", w.name)
 	}
@@ -430,7 +430,7 @@ func (w *sClient) checkToken(lr *loadRun, a wire.Answer) {
 // token 0 to settle it).
 func (w *sClient) lock(lr *loadRun, rng *rand.Rand, k string) bool {
 	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Lock, Key: k, Who: w.name, Session: true})
-	id, err := w.s.send(wire.Lock, k, 0)
+	id, err := w.s.send(protocol.Lock, k, 0)
 	if err != nil {
 		return false
 	}
@@ -456,7 +456,7 @@ func (w *sClient) lock(lr *loadRun, rng *rand.Rand, k string) bool {
 		return false
 	}
 	lr.rec.Return(h, outcomeOf(a.Status), a.Token)
-	if a.Status == wire.AnswerOK {
+	if a.Status == protocol.AnswerOK {
 		w.held, w.token = k, a.Token
 		w.checkToken(lr, a)
 		if d := rng.IntN(300); d > 0 {
@@ -474,7 +474,7 @@ func (w *sClient) release(lr *loadRun, rng *rand.Rand) bool {
 		return w.resume(lr)
 	case 1:
 		h := lr.rec.Call(history.Op{Client: w.id, Kind: history.EndSession, Key: history.AllKeys, Who: w.name})
-		a, err := w.s.ask(wire.Close, "", 0)
+		a, err := w.s.ask(protocol.Close, "", 0)
 		if err != nil {
 			return false
 		}
@@ -484,12 +484,12 @@ func (w *sClient) release(lr *loadRun, rng *rand.Rand) bool {
 		return w.open(lr)
 	}
 	h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name, Session: true, Token: w.token})
-	a, err := w.s.ask(wire.Unlock, w.held, w.token)
+	a, err := w.s.ask(protocol.Unlock, w.held, w.token)
 	if err != nil {
 		return false
 	}
 	lr.rec.Return(h, outcomeOf(a.Status), 0)
-	if a.Status == wire.AnswerOK && a.Token != w.token {
+	if a.Status == protocol.AnswerOK && a.Token != w.token {
 		lr.t.Errorf("%s: unlock under token %d answered token %d", w.name, w.token, a.Token)
 	}
 	w.held, w.token = "", 0
@@ -694,7 +694,7 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 		return false
 	}
 	if lr.keptHeld {
-		if _, err := checkerAsk(lr, settler, history.Unlock, wire.Frame{Action: wire.Unlock, Key: lr.kept, Source: "checker"}); err != nil {
+		if _, err := checkerAsk(lr, settler, history.Unlock, protocol.Frame{Action: protocol.Unlock, Key: lr.kept, Source: "checker"}); err != nil {
 			return gone("checker unlock of the kept key", err)
 		}
 		lr.keptHeld = false
@@ -713,7 +713,7 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 		}
 		if w.held != "" {
 			h := lr.rec.Call(history.Op{Client: w.id, Kind: history.Unlock, Key: w.held, Who: w.name, Session: true, Token: w.token})
-			a, err := w.s.ask(wire.Unlock, w.held, w.token)
+			a, err := w.s.ask(protocol.Unlock, w.held, w.token)
 			if err != nil {
 				return gone(w.name+" unlock", err)
 			}
@@ -722,10 +722,10 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 		}
 	}
 	for _, k := range lr.keys {
-		if _, err := checkerAsk(lr, settler, history.TryLock, wire.Frame{Action: wire.TryLock, Key: k, Source: "checker"}); err != nil {
+		if _, err := checkerAsk(lr, settler, history.TryLock, protocol.Frame{Action: protocol.TryLock, Key: k, Source: "checker"}); err != nil {
 			return gone("checker trylock", err)
 		}
-		if _, err := checkerAsk(lr, settler, history.ResetKey, wire.Frame{Action: wire.ResetByKey, Key: k}); err != nil {
+		if _, err := checkerAsk(lr, settler, history.ResetKey, protocol.Frame{Action: protocol.ResetByKey, Key: k}); err != nil {
 			return gone("checker reset", err)
 		}
 	}
@@ -735,7 +735,7 @@ func settleAfterRestart(t *testing.T, lr *loadRun, srv *server, v1s []*v1Client,
 // checkerAsk sends f for the checker (client settler) and records it in
 // the history as a kind on f's key. A request the server died on is left
 // open: it is settled once the server is found dead.
-func checkerAsk(lr *loadRun, settler int, kind history.Kind, f wire.Frame) (byte, error) {
+func checkerAsk(lr *loadRun, settler int, kind history.Kind, f protocol.Frame) (byte, error) {
 	h := lr.rec.Call(history.Op{Client: settler, Kind: kind, Key: f.Key, Who: "checker"})
 	a, err := v1Ask(lr.addr, f, 0)
 	if err == nil {
@@ -750,11 +750,11 @@ func checkerAsk(lr *loadRun, settler int, kind history.Kind, f wire.Frame) (byte
 // all the same (a v1 Unlock of a free key answers '-', which the history
 // allows when the TryLock may not have been applied).
 func takeKept(lr *loadRun, settler int) {
-	a, err := checkerAsk(lr, settler, history.TryLock, wire.Frame{Action: wire.TryLock, Key: lr.kept, Source: "checker"})
+	a, err := checkerAsk(lr, settler, history.TryLock, protocol.Frame{Action: protocol.TryLock, Key: lr.kept, Source: "checker"})
 	// Its outcome unknown, the checker may hold the key. A '#' would be a
 	// violation (the key is free after a boundary): the history check of
 	// the cycle reports it, with the rest of the cycle.
-	lr.keptHeld = err != nil || a == wire.AnswerOK
+	lr.keptHeld = err != nil || a == protocol.AnswerOK
 }
 
 // startArmed starts the failpoint build with env. A crash point reached

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/locking-center/locking-center/wire"
+	"github.com/locking-center/locking-center/client/protocol"
 )
 
 // sess is a small session client (docs/protocol.md) for the crash test, written on
@@ -44,13 +44,13 @@ func openSession(addr, source string, ttl time.Duration, resume uint64) (*sess, 
 		return nil, err
 	}
 	_ = conn.(*net.TCPConn).SetLinger(0) // closed with a reset: no TIME_WAIT left (see v1Ask)
-	b, err := wire.Open{Version: wire.SessionVersion, TTLMillis: uint32(ttl / time.Millisecond), Resume: resume, Source: source}.Append(nil)
+	b, err := protocol.Open{Version: protocol.SessionVersion, TTLMillis: uint32(ttl / time.Millisecond), Resume: resume, Source: source}.Append(nil)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	var ans [wire.OpenAnswerSize]byte
+	var ans [protocol.OpenAnswerSize]byte
 	// One err for both steps: a failed read must not pass for an answer
 	// of thirteen zero bytes (a refusal).
 	_, err = conn.Write(b)
@@ -62,8 +62,8 @@ func openSession(addr, source string, ttl time.Duration, resume uint64) (*sess, 
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	oa, _ := wire.DecodeOpenAnswer(ans[:])
-	if oa.Status != wire.AnswerOK {
+	oa, _ := protocol.DecodeOpenAnswer(ans[:])
+	if oa.Status != protocol.AnswerOK {
 		conn.Close()
 		return nil, fmt.Errorf("%w (status %q)", errOpenRefused, oa.Status)
 	}
@@ -89,7 +89,7 @@ func (s *sess) pinger() {
 			return
 		case <-tick.C:
 		}
-		b, _ := wire.Request{Action: wire.Ping, ID: pingID | n}.Append(nil)
+		b, _ := protocol.Request{Action: protocol.Ping, ID: pingID | n}.Append(nil)
 		s.wmu.Lock()
 		_, err := s.conn.Write(b)
 		s.wmu.Unlock()
@@ -101,25 +101,25 @@ func (s *sess) pinger() {
 
 // do sends one request and returns its answer, skipping the answers to
 // Pings. It fails when the connection does, or after timeout.
-func (s *sess) do(action wire.Action, key string, token uint64, timeout time.Duration) (wire.Answer, error) {
+func (s *sess) do(action protocol.Action, key string, token uint64, timeout time.Duration) (protocol.Answer, error) {
 	s.wmu.Lock()
 	s.next++
 	id := s.next
-	b, err := wire.Request{Action: action, ID: id, Token: token, Key: key}.Append(nil)
+	b, err := protocol.Request{Action: action, ID: id, Token: token, Key: key}.Append(nil)
 	if err == nil {
 		_, err = s.conn.Write(b)
 	}
 	s.wmu.Unlock()
 	if err != nil {
-		return wire.Answer{}, err
+		return protocol.Answer{}, err
 	}
 	s.conn.SetReadDeadline(time.Now().Add(timeout))
-	var buf [wire.AnswerSize]byte
+	var buf [protocol.AnswerSize]byte
 	for {
 		if _, err := io.ReadFull(s.conn, buf[:]); err != nil {
-			return wire.Answer{}, err
+			return protocol.Answer{}, err
 		}
-		a, _ := wire.DecodeAnswer(buf[:])
+		a, _ := protocol.DecodeAnswer(buf[:])
 		if a.ID == id {
 			return a, nil
 		}

@@ -12,67 +12,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 )
-
-// APIKey is one held key in the JSON list (GET /api/v1/keys).
-type APIKey struct {
-	// Key is the held key; Source and Remote name its holder.
-	Key    string `json:"key"`
-	Source string `json:"source"`
-	Remote string `json:"remote"`
-	// KeyBase64 and SourceBase64 carry the raw bytes (standard base64)
-	// of a key or source that is not UTF-8, which Key and Source can
-	// only show with U+FFFD in place of the bytes; absent otherwise.
-	KeyBase64    string `json:"key_base64,omitempty"`
-	SourceBase64 string `json:"source_base64,omitempty"`
-	// Since is when the holder was granted the key (RFC 3339, UTC).
-	Since time.Time `json:"since"`
-	// Waiters is the number of requests queued for the key.
-	Waiters int `json:"waiters"`
-	// Token is the fencing token of the holder's grant.
-	Token uint64 `json:"token"`
-	// Session is the holding session's id (16 hex digits), null for a
-	// v1 hold.
-	Session *string `json:"session"`
-}
-
-// APIKeyDetail is one held key with its wait queue (GET /api/v1/keys/{key}).
-type APIKeyDetail struct {
-	APIKey
-	// Queue is the wait queue in order, [] when nobody waits.
-	Queue []APIWaiter `json:"queue"`
-}
-
-// APIWaiter is one queued request in the JSON API.
-type APIWaiter struct {
-	// Source and Remote name the waiting requester.
-	Source string `json:"source"`
-	Remote string `json:"remote"`
-	// SourceBase64 is the raw source in base64 when it is not UTF-8.
-	SourceBase64 string `json:"source_base64,omitempty"`
-	// Since is when it joined the queue (RFC 3339, UTC).
-	Since time.Time `json:"since"`
-}
-
-// APIResetResult is the answer to POST /api/v1/reset/key and /reset/source.
-type APIResetResult struct {
-	// Released is the number of keys whose holder was dropped.
-	Released int `json:"released"`
-	// Refused is the number of waiters that were answered '-'.
-	Refused int `json:"refused"`
-}
 
 // apiError is the body of every JSON error answer.
 type apiError struct {
 	Error string `json:"error"`
 }
 
-func apiKeyOf(ki *locker.KeyInfo) APIKey {
-	k := APIKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters,
+func apiKeyOf(ki *locker.KeyInfo) api.HeldKey {
+	k := api.HeldKey{Key: ki.Key, Source: ki.Holder.Source, Remote: ki.Holder.Remote, Since: ki.Since.UTC(), Waiters: ki.Waiters,
 		Token: ki.Token, KeyBase64: rawBase64(ki.Key), SourceBase64: rawBase64(ki.Holder.Source)}
 	if ki.Holder.Session != 0 {
 		id := ki.Holder.Session.String()
@@ -122,7 +74,7 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Link", fmt.Sprintf("</api/v1/keys?%s>; rel=\"next\"", next.Encode()))
 	}
-	out := make([]APIKey, len(v.Rows))
+	out := make([]api.HeldKey, len(v.Rows))
 	for i := range v.Rows {
 		out[i] = apiKeyOf(&v.Rows[i])
 	}
@@ -138,9 +90,9 @@ func (s *server) apiKey(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, http.StatusNotFound, fmt.Errorf("key %q is not held", key))
 		return
 	}
-	out := APIKeyDetail{APIKey: apiKeyOf(&ki), Queue: make([]APIWaiter, len(ki.Queue))}
+	out := api.KeyDetail{HeldKey: apiKeyOf(&ki), Queue: make([]api.Waiter, len(ki.Queue))}
 	for i, q := range ki.Queue {
-		out.Queue[i] = APIWaiter{Source: q.Source, Remote: q.Remote, Since: q.Since.UTC(), SourceBase64: rawBase64(q.Source)}
+		out.Queue[i] = api.Waiter{Source: q.Source, Remote: q.Remote, Since: q.Since.UTC(), SourceBase64: rawBase64(q.Source)}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -208,7 +160,7 @@ func (s *server) apiReset(w http.ResponseWriter, r *http.Request, res locker.Res
 		s.apiFail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, APIResetResult{Released: res.Released, Refused: res.Refused})
+	writeJSON(w, http.StatusOK, api.ResetResult{Released: res.Released, Refused: res.Refused})
 }
 
 // resetKey is every web reset of a key: the engine's ResetByKey, counted

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 )
 
@@ -71,7 +72,7 @@ func TestAPIListAndKey(t *testing.T) {
 	}
 
 	w = f.do("GET", "/api/v1/keys/a", "")
-	one := decode[APIKeyDetail](t, w.Body.String())
+	one := decode[api.KeyDetail](t, w.Body.String())
 	if w.Code != 200 || one.Key != "a" || one.Waiters != 2 || len(one.Queue) != 2 ||
 		one.Queue[0].Source != "w1" || one.Queue[1].Source != "w2" {
 		t.Fatalf("key a: %d %s", w.Code, w.Body)
@@ -105,7 +106,7 @@ func TestAPIKeyRoundTrip(t *testing.T) {
 		}
 		// encoding/json turns each byte that is not UTF-8 into U+FFFD.
 		want, _ := json.Marshal(k)
-		if got := decode[APIKey](t, w.Body.String()).Key; got != decode[string](t, string(want)) {
+		if got := decode[api.HeldKey](t, w.Body.String()).Key; got != decode[string](t, string(want)) {
 			t.Errorf("key %q came back as %q", k, got)
 		}
 	}
@@ -117,7 +118,7 @@ func TestAPIReset(t *testing.T) {
 	f.wait("k", "w1")
 	f.wait("k", "w2")
 	w := f.do("POST", "/api/v1/reset/key", `{"key":"k"}`)
-	if w.Code != 200 || decode[APIResetResult](t, w.Body.String()) != (APIResetResult{Released: 1, Refused: 2}) {
+	if w.Code != 200 || decode[api.ResetResult](t, w.Body.String()) != (api.ResetResult{Released: 1, Refused: 2}) {
 		t.Fatalf("reset key: %d %s", w.Code, w.Body)
 	}
 	for range 2 {
@@ -134,7 +135,7 @@ func TestAPIReset(t *testing.T) {
 	f.hold("z", "other", time.Minute)
 	f.wait("z", "svc")
 	w = f.do("POST", "/api/v1/reset/source", `{"source":"svc"}`)
-	if w.Code != 200 || decode[APIResetResult](t, w.Body.String()) != (APIResetResult{Released: 2, Refused: 1}) {
+	if w.Code != 200 || decode[api.ResetResult](t, w.Body.String()) != (api.ResetResult{Released: 2, Refused: 1}) {
 		t.Fatalf("reset source: %d %s", w.Code, w.Body)
 	}
 	if err := f.outcome(); !errors.Is(err, locker.ErrSourceReset) {
@@ -296,18 +297,18 @@ func TestAPIListLimits(t *testing.T) {
 		f.hold(fmt.Sprintf("k%05d", i), "s", time.Second)
 	}
 	w := f.do("GET", "/api/v1/keys", "")
-	if n := len(decode[[]APIKey](t, w.Body.String())); n != DefaultLimit || w.Header().Get("X-Limit") != "1000" {
+	if n := len(decode[[]api.HeldKey](t, w.Body.String())); n != DefaultLimit || w.Header().Get("X-Limit") != "1000" {
 		t.Fatalf("no limit: %d keys, X-Limit %q", n, w.Header().Get("X-Limit"))
 	}
 	if link := w.Header().Get("Link"); link != `</api/v1/keys?after=k00999&limit=1000>; rel="next"` {
 		t.Fatalf("Link: %q", link)
 	}
 	w = f.do("GET", "/api/v1/keys?after=k00999&limit=1000", "")
-	if n := len(decode[[]APIKey](t, w.Body.String())); n != 5 || w.Header().Get("Link") != "" {
+	if n := len(decode[[]api.HeldKey](t, w.Body.String())); n != 5 || w.Header().Get("Link") != "" {
 		t.Fatalf("second page: %d keys, Link %q", n, w.Header().Get("Link"))
 	}
 	w = f.do("GET", "/api/v1/keys?limit=1000000", "")
-	if n := len(decode[[]APIKey](t, w.Body.String())); n != DefaultLimit+5 || w.Header().Get("X-Limit") != strconv.Itoa(MaxLimit) {
+	if n := len(decode[[]api.HeldKey](t, w.Body.String())); n != DefaultLimit+5 || w.Header().Get("X-Limit") != strconv.Itoa(MaxLimit) {
 		t.Fatalf("limit over the maximum: %d keys, X-Limit %q", n, w.Header().Get("X-Limit"))
 	}
 }
@@ -383,7 +384,7 @@ func TestAPIRawBytes(t *testing.T) {
 		t.Fatalf("no key_base64 for the raw key: %v", list)
 	}
 	body := `{"key_base64":"` + base64.StdEncoding.EncodeToString([]byte(raw)) + `"}`
-	if w := f.do("POST", "/api/v1/reset/key", body); w.Code != 200 || decode[APIResetResult](t, w.Body.String()).Released != 1 {
+	if w := f.do("POST", "/api/v1/reset/key", body); w.Code != 200 || decode[api.ResetResult](t, w.Body.String()).Released != 1 {
 		t.Fatalf("reset by key_base64: %d %s", w.Code, w.Body)
 	}
 	if _, held := f.table.Key(raw); held {
@@ -393,7 +394,7 @@ func TestAPIRawBytes(t *testing.T) {
 		t.Fatal("the reset took the lossy look-alike key")
 	}
 	body = `{"source_base64":"` + base64.StdEncoding.EncodeToString([]byte(rawSource)) + `"}`
-	if w := f.do("POST", "/api/v1/reset/source", body); w.Code != 200 || decode[APIResetResult](t, w.Body.String()).Released != 1 {
+	if w := f.do("POST", "/api/v1/reset/source", body); w.Code != 200 || decode[api.ResetResult](t, w.Body.String()).Released != 1 {
 		t.Fatalf("reset by source_base64: %d %s", w.Code, w.Body)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // bigTable holds n keys from 50 sources with spread-out grant times.
@@ -86,7 +87,7 @@ func TestAPIPagesThrough100k(t *testing.T) {
 		if w.Code != 200 {
 			t.Fatalf("%s: %d", target, w.Code)
 		}
-		for _, k := range decode[[]APIKey](t, w.Body.String()) {
+		for _, k := range decode[[]api.HeldKey](t, w.Body.String()) {
 			if k.Key <= last {
 				t.Fatalf("key %q after %q: not in order or repeated", k.Key, last)
 			}

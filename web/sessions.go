@@ -10,26 +10,8 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 )
-
-// APISession is one session in GET /api/v1/sessions.
-type APISession struct {
-	// Session is the session's id, 16 hex digits.
-	Session string `json:"session"`
-	// Source names its client; Remote is the address of its connection
-	// (the last one while disconnected).
-	Source string `json:"source"`
-	Remote string `json:"remote"`
-	// Connected says whether a connection carries the session now.
-	Connected bool `json:"connected"`
-	// TTLMillis is its TTL; ExpiresInMillis the time left before it
-	// expires, counting down while the session is silent.
-	TTLMillis       int64 `json:"ttl_ms"`
-	ExpiresInMillis int64 `json:"expires_in_ms"`
-	// Holds counts the keys it holds; Waiting its pending Locks.
-	Holds   int `json:"holds"`
-	Waiting int `json:"waiting"`
-}
 
 // sessionList returns every open session by source, then id. The number
 // of sessions is bounded by the table (locker.Options.MaxSessions).
@@ -51,9 +33,9 @@ func (s *server) sessionList() []locker.SessionInfo {
 // apiSessions serves GET /api/v1/sessions.
 func (s *server) apiSessions(w http.ResponseWriter, _ *http.Request) {
 	list := s.sessionList()
-	out := make([]APISession, len(list))
+	out := make([]api.Session, len(list))
 	for i, si := range list {
-		out[i] = APISession{Session: si.ID.String(), Source: si.Source, Remote: si.Remote, Connected: si.Connected,
+		out[i] = api.Session{Session: si.ID.String(), Source: si.Source, Remote: si.Remote, Connected: si.Connected,
 			TTLMillis: si.TTL.Milliseconds(), ExpiresInMillis: max(si.ExpiresIn, 0).Milliseconds(),
 			Holds: si.Holds, Waiting: si.Waiting}
 	}

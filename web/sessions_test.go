@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // session opens a session for source on the fixture's table, holding
@@ -46,7 +47,7 @@ func TestAPISessions(t *testing.T) {
 	}
 
 	body := f.do("GET", "/api/v1/keys", "").Body.String()
-	list := decode[[]APIKey](t, body)
+	list := decode[[]api.HeldKey](t, body)
 	ki, _ := f.table.Key("skey")
 	v1, _ := f.table.Key("v1key")
 	if len(list) != 2 || list[0].Key != "skey" || list[0].Session == nil || *list[0].Session != a.ID().String() ||
@@ -56,7 +57,7 @@ func TestAPISessions(t *testing.T) {
 	if list[1].Session != nil || list[1].Token != v1.Token || !strings.Contains(body, `"session":null`) {
 		t.Fatalf("v1 hold in the list: %s", body)
 	}
-	one := decode[APIKeyDetail](t, f.do("GET", "/api/v1/keys/skey", "").Body.String())
+	one := decode[api.KeyDetail](t, f.do("GET", "/api/v1/keys/skey", "").Body.String())
 	if one.Session == nil || *one.Session != a.ID().String() || one.Token != ki.Token {
 		t.Fatalf("one key: %+v", one)
 	}
@@ -77,13 +78,13 @@ func TestAPISessions(t *testing.T) {
 	if want := []string{"connected", "expires_in_ms", "holds", "remote", "session", "source", "ttl_ms", "waiting"}; !slices.Equal(fields, want) {
 		t.Fatalf("session fields %v, want %v", fields, want)
 	}
-	s := decode[[]APISession](t, w.Body.String())[0]
+	s := decode[[]api.Session](t, w.Body.String())[0]
 	if s.Session != a.ID().String() || s.Source != "svc-a" || s.Remote != "10.0.0.9:7000" || !s.Connected ||
 		s.TTLMillis != 30000 || s.ExpiresInMillis <= 0 || s.ExpiresInMillis > 30000 || s.Holds != 1 || s.Waiting != 1 {
 		t.Fatalf("session: %+v", s)
 	}
 	a.Detach()
-	if s := decode[[]APISession](t, f.do("GET", "/api/v1/sessions", "").Body.String())[0]; s.Connected || s.Holds != 1 {
+	if s := decode[[]api.Session](t, f.do("GET", "/api/v1/sessions", "").Body.String())[0]; s.Connected || s.Holds != 1 {
 		t.Fatalf("after the disconnect: %+v", s)
 	}
 	if err := <-pending; !errors.Is(err, locker.ErrDetached) {
@@ -132,7 +133,7 @@ func TestEndSessionRefusesWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := f.do("POST", "/api/v1/sessions/"+b.ID().String()+"/end", "")
-	if w.Code != 200 || decode[APIResetResult](t, w.Body.String()) != (APIResetResult{Released: 1, Refused: 1}) {
+	if w.Code != 200 || decode[api.ResetResult](t, w.Body.String()) != (api.ResetResult{Released: 1, Refused: 1}) {
 		t.Fatalf("end: %d %s", w.Code, w.Body)
 	}
 	if err := <-pending; !errors.Is(err, locker.ErrSessionEnded) {

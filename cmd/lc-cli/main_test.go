@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 	"go.uber.org/goleak"
 )
@@ -202,7 +203,7 @@ func eventually(t *testing.T, what string, cond func() bool, explain ...func() s
 }
 
 // key reads one key from the JSON API; nil when it is not held.
-func (s *server) key(t *testing.T, key string) *apiKey {
+func (s *server) key(t *testing.T, key string) *api.KeyDetail {
 	t.Helper()
 	resp, err := http.Get("http://" + s.web + "/api/v1/keys/" + keypath.Encode(key))
 	if err != nil {
@@ -220,7 +221,7 @@ func (s *server) key(t *testing.T, key string) *apiKey {
 	default:
 		t.Fatalf("GET /api/v1/keys/%s: %s %s", key, resp.Status, body)
 	}
-	var k apiKey
+	var k api.KeyDetail
 	if err := json.Unmarshal(body, &k); err != nil {
 		t.Fatalf("decode %s: %v", body, err)
 	}
@@ -683,7 +684,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	code, stdout, _ = run(t, s.env(), "keys", "--json", "--prefix", "deploy/")
-	var keys []apiKey
+	var keys []api.KeyDetail
 	if err := json.Unmarshal([]byte(stdout), &keys); code != 0 || err != nil || len(keys) != 1 || keys[0].Source != "alice" {
 		t.Errorf("keys --json --prefix deploy/: %d %q (%v)", code, stdout, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // What a reset released is read from the JSON API just before it is made
@@ -15,15 +17,15 @@ import (
 
 // heldBefore returns key's holder as the JSON API shows it (nil: not
 // held); known is false when the API could not tell.
-func (a *app) heldBefore(ctx context.Context, key string) (k *apiKey, known bool) {
-	api, err := newWebAPI(a.webAddress, a.tls)
+func (a *app) heldBefore(ctx context.Context, key string) (k *api.KeyDetail, known bool) {
+	wapi, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return nil, false
 	}
-	defer api.http.CloseIdleConnections()
+	defer wapi.http.CloseIdleConnections()
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	k, err = api.key(fctx, key)
+	k, err = wapi.key(fctx, key)
 	switch {
 	case errors.Is(err, errNotHeld):
 		return nil, true
@@ -37,18 +39,18 @@ func (a *app) heldBefore(ctx context.Context, key string) (k *apiKey, known bool
 // held keys: more tells that others were not seen); known is false when
 // the API could not tell, or when source is empty (the server resolves it to this
 // host's address as it sees it).
-func (a *app) heldBySource(ctx context.Context, source string) (keys []apiKey, more, known bool) {
+func (a *app) heldBySource(ctx context.Context, source string) (keys []api.KeyDetail, more, known bool) {
 	if source == "" {
 		return nil, false, false
 	}
-	api, err := newWebAPI(a.webAddress, a.tls)
+	wapi, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return nil, false, false
 	}
-	defer api.http.CloseIdleConnections()
+	defer wapi.http.CloseIdleConnections()
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	all, more, err := api.keys(fctx)
+	all, more, err := wapi.keys(fctx)
 	if err != nil {
 		return nil, false, false
 	}
@@ -60,7 +62,7 @@ func (a *app) heldBySource(ctx context.Context, source string) (keys []apiKey, m
 	return keys, more, true
 }
 
-func (a *app) sayResetKey(key string, before *apiKey, known bool) {
+func (a *app) sayResetKey(key string, before *api.KeyDetail, known bool) {
 	switch {
 	case !known:
 		fmt.Fprintf(a.stdout, "reset key %s: done\n", printable(key))
@@ -75,7 +77,7 @@ func (a *app) sayResetKey(key string, before *apiKey, known bool) {
 	}
 }
 
-func (a *app) sayResetSource(source string, held []apiKey, more, known bool) {
+func (a *app) sayResetSource(source string, held []api.KeyDetail, more, known bool) {
 	what := source
 	if what == "" {
 		what = "(this host's address)"

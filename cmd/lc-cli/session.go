@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // exitSessionLost is the exit status when the session holding the key for
@@ -132,11 +133,11 @@ func (a *app) sayBusy(ctx context.Context, key string) {
 		return
 	}
 	line := fmt.Sprintf("lc-cli: trylock %s: not acquired: held by someone else", printable(key))
-	if api, err := newWebAPI(a.webAddress, a.tls); err == nil {
+	if wapi, err := newWebAPI(a.webAddress, a.tls); err == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		k, err := api.key(fctx, key)
+		k, err := wapi.key(fctx, key)
 		cancel()
-		api.http.CloseIdleConnections()
+		wapi.http.CloseIdleConnections()
 		if err == nil {
 			line = fmt.Sprintf("lc-cli: trylock %s: not acquired: held by %s for %s", printable(key), printable(k.Source), age(time.Since(k.Since)))
 			if k.Waiters > 0 {
@@ -145,18 +146,6 @@ func (a *app) sayBusy(ctx context.Context, key string) {
 		}
 	}
 	fmt.Fprintln(a.stderr, line)
-}
-
-// apiSession is one session as GET /api/v1/sessions shows it.
-type apiSession struct {
-	Session     string `json:"session"`
-	Source      string `json:"source"`
-	Remote      string `json:"remote"`
-	Connected   bool   `json:"connected"`
-	TTLMS       int64  `json:"ttl_ms"`
-	ExpiresInMS int64  `json:"expires_in_ms"`
-	Holds       int    `json:"holds"`
-	Waiting     int    `json:"waiting"`
 }
 
 func (a *app) cmdSessions(ctx context.Context, args []string) (int, error) {
@@ -169,15 +158,15 @@ func (a *app) cmdSessions(ctx context.Context, args []string) (int, error) {
 	if len(pos) > 0 || sep {
 		return 0, a.usage("sessions", "sessions takes no arguments")
 	}
-	api, err := newWebAPI(a.webAddress, a.tls)
+	wapi, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return 0, a.usage("sessions", "%v", err)
 	}
-	body, _, err := api.get(ctx, "/api/v1/sessions", nil)
+	body, _, err := wapi.get(ctx, "/api/v1/sessions", nil)
 	if err != nil {
 		return 0, withCode(exitServer, "sessions: %w", err)
 	}
-	var list []apiSession
+	var list []api.Session
 	if err := json.Unmarshal(body, &list); err != nil {
 		return 0, withCode(exitServer, "sessions: the JSON API sent a list that does not decode: %w", err)
 	}
@@ -193,7 +182,7 @@ func (a *app) cmdSessions(ctx context.Context, args []string) (int, error) {
 }
 
 // writeSessions prints the sessions as an aligned table.
-func writeSessions(w io.Writer, list []apiSession) {
+func writeSessions(w io.Writer, list []api.Session) {
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no session is open")
 		return
@@ -206,7 +195,7 @@ func writeSessions(w io.Writer, list []apiSession) {
 			state = "disconnected"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", printable(s.Session), printable(s.Source), printable(s.Remote), state,
-			ms(s.TTLMS), ms(s.ExpiresInMS), s.Holds, s.Waiting)
+			ms(s.TTLMillis), ms(s.ExpiresInMillis), s.Holds, s.Waiting)
 	}
 	tw.Flush()
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // Tests of the holds lc-cli makes through a session (lock/trylock -- CMD),
@@ -98,9 +100,9 @@ func TestLockCommandHoldsThroughASession(t *testing.T) {
 		t.Errorf("sessions: %d\n%s", code, stdout)
 	}
 	code, stdout, _ = run(t, s.env(), "sessions", "--json")
-	var list []apiSession
+	var list []api.Session
 	if err := json.Unmarshal([]byte(stdout), &list); code != 0 || err != nil || len(list) != 1 ||
-		list[0].Source != "svc" || list[0].Holds != 1 || list[0].TTLMS != 5000 || !list[0].Connected {
+		list[0].Source != "svc" || list[0].Holds != 1 || list[0].TTLMillis != 5000 || !list[0].Connected {
 		t.Errorf("sessions --json: %d %q (%v)", code, stdout, err)
 	}
 	g.open(t)
@@ -350,7 +352,7 @@ func TestSessionLostStopsCommand(t *testing.T) {
 			start := time.Now()
 			switch how {
 			case "ended":
-				var list []apiSession
+				var list []api.Session
 				resp, err := http.Get("http://" + s.web + "/api/v1/sessions")
 				if err != nil {
 					t.Fatal(err)

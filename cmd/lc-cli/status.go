@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 	"unicode/utf8"
+
+	"github.com/locking-center/locking-center/web/api"
 )
 
 // The status line appears only when the wait lasts (an immediate grant
@@ -32,9 +34,9 @@ type status struct {
 
 // loop draws the line until ctx ends, then erases it.
 func (s *status) loop(ctx context.Context) {
-	api, _ := newWebAPI(s.a.webAddress, s.a.tls) // nil: no holder shown
-	if api != nil {
-		defer api.http.CloseIdleConnections()
+	wapi, _ := newWebAPI(s.a.webAddress, s.a.tls) // nil: no holder shown
+	if wapi != nil {
+		defer wapi.http.CloseIdleConnections()
 	}
 	t := time.NewTimer(statusDelay)
 	defer t.Stop()
@@ -45,7 +47,7 @@ func (s *status) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		line := s.line(ctx, api, time.Now())
+		line := s.line(ctx, wapi, time.Now())
 		if ctx.Err() != nil {
 			s.clear()
 			return
@@ -56,25 +58,25 @@ func (s *status) loop(ctx context.Context) {
 }
 
 // line reads the JSON API and composes the status text.
-func (s *status) line(ctx context.Context, api *webAPI, now time.Time) string {
+func (s *status) line(ctx context.Context, wapi *webAPI, now time.Time) string {
 	head := fmt.Sprintf("lc-cli: waiting for %s (%s)", printable(s.key), age(now.Sub(s.start)))
-	if api == nil {
+	if wapi == nil {
 		return head
 	}
 	fctx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
-	k, err := api.key(fctx, s.key)
+	k, err := wapi.key(fctx, s.key)
 	switch {
 	case errors.Is(err, errNotHeld):
 		return head + ": being handed on"
 	case err != nil:
-		return head + " (holder unknown: no JSON API at " + api.base.Host + ")"
+		return head + " (holder unknown: no JSON API at " + wapi.base.Host + ")"
 	}
 	return head + ": " + s.describe(k, now)
 }
 
 // describe tells the holder, its age and our place in the queue.
-func (s *status) describe(k *apiKey, now time.Time) string {
+func (s *status) describe(k *api.KeyDetail, now time.Time) string {
 	held := fmt.Sprintf("held by %s for %s", printable(k.Source), age(now.Sub(k.Since)))
 	if i := s.place(k.Queue); i >= 0 {
 		switch i {
@@ -90,7 +92,7 @@ func (s *status) describe(k *apiKey, now time.Time) string {
 }
 
 // place returns this waiter's index in queue, or -1 when it is not seen.
-func (s *status) place(queue []apiQueue) int {
+func (s *status) place(queue []api.Waiter) int {
 	if s.me != "" {
 		for i, q := range queue {
 			if q.Remote == s.me {
@@ -120,7 +122,7 @@ func (s *status) place(queue []apiQueue) int {
 
 // mine reports whether q may be this waiter: same source or, without
 // one, a source that is the waiter's own IP address.
-func (s *status) mine(q apiQueue) bool {
+func (s *status) mine(q api.Waiter) bool {
 	if s.a.source != "" {
 		return q.Source == s.a.source
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"flag"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/web/api"
 )
 
 func TestParseArgsAcceptsFlagsAfterKey(t *testing.T) {
@@ -80,7 +82,7 @@ func TestPrintable(t *testing.T) {
 
 func TestStatusPlace(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	queue := []apiQueue{
+	queue := []api.Waiter{
 		{Source: "bob", Remote: "10.0.0.2:1000", Since: start.Add(-time.Minute)},
 		{Source: "carol", Remote: "10.0.0.3:2000", Since: start.Add(-10 * time.Second)},
 		{Source: "carol", Remote: "10.0.0.3:2001", Since: start.Add(20 * time.Millisecond)},
@@ -158,9 +160,9 @@ func TestWriteSessions(t *testing.T) {
 		t.Errorf("empty list: %q", b.String())
 	}
 	b.Reset()
-	writeSessions(&b, []apiSession{
-		{Session: "00c0ffee12345678", Source: "svc", Remote: "10.0.0.2:5000", Connected: true, TTLMS: 10000, ExpiresInMS: 9700, Holds: 2},
-		{Session: "0000000000000abc", Source: "cron", Remote: "10.0.0.3:6000", TTLMS: 600000, ExpiresInMS: 65000, Waiting: 1},
+	writeSessions(&b, []api.Session{
+		{Session: "00c0ffee12345678", Source: "svc", Remote: "10.0.0.2:5000", Connected: true, TTLMillis: 10000, ExpiresInMillis: 9700, Holds: 2},
+		{Session: "0000000000000abc", Source: "cron", Remote: "10.0.0.3:6000", TTLMillis: 600000, ExpiresInMillis: 65000, Waiting: 1},
 	})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "SESSION") {
@@ -170,5 +172,16 @@ func TestWriteSessions(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestWriteKeysShowsRawBytes: a key that is not UTF-8 is shown from the
+// API's base64 copy of its bytes, not from the text form's U+FFFD.
+func TestWriteKeysShowsRawBytes(t *testing.T) {
+	var b strings.Builder
+	k := api.KeyDetail{HeldKey: api.HeldKey{Key: "a\uFFFDb", KeyBase64: base64.StdEncoding.EncodeToString([]byte("a\xffb")), Source: "svc", Since: time.Now()}}
+	writeKeys(&b, []api.KeyDetail{k}, time.Now())
+	if !strings.Contains(b.String(), `"a\xffb"`) {
+		t.Fatalf("keys table:\n%s\nwant the key's own bytes, quoted", b.String())
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,27 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 )
-
-// apiKey is one held key as the JSON API shows it.
-type apiKey struct {
-	Key     string     `json:"key"`
-	Source  string     `json:"source"`
-	Remote  string     `json:"remote"`
-	Since   time.Time  `json:"since"`
-	Waiters int        `json:"waiters"`
-	Queue   []apiQueue `json:"queue"` // only in GET /api/v1/keys/{key}
-	Token   uint64     `json:"token"`
-	Session *string    `json:"session"` // nil for a v1 hold
-}
-
-// apiQueue is one waiter of a key, in queue order.
-type apiQueue struct {
-	Source string    `json:"source"`
-	Remote string    `json:"remote"`
-	Since  time.Time `json:"since"`
-}
 
 // errNotHeld is the JSON API's 404 for one key.
 var errNotHeld = errors.New("not held")
@@ -111,12 +94,12 @@ func (w *webAPI) get(ctx context.Context, path string, query url.Values) ([]byte
 }
 
 // key fetches one key with its queue; errNotHeld when nobody holds it.
-func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
+func (w *webAPI) key(ctx context.Context, key string) (*api.KeyDetail, error) {
 	body, _, err := w.get(ctx, "/api/v1/keys/"+keypath.Encode(key), nil)
 	if err != nil {
 		return nil, err
 	}
-	var k apiKey
+	var k api.KeyDetail
 	if err := json.Unmarshal(body, &k); err != nil {
 		return nil, fmt.Errorf("the JSON API sent a key that does not decode: %w", err)
 	}
@@ -125,7 +108,7 @@ func (w *webAPI) key(ctx context.Context, key string) (*apiKey, error) {
 
 // keys fetches the first page of held keys, as large as the API allows;
 // more is true when further pages follow.
-func (w *webAPI) keys(ctx context.Context) (keys []apiKey, more bool, err error) {
+func (w *webAPI) keys(ctx context.Context) (keys []api.KeyDetail, more bool, err error) {
 	body, hdr, err := w.get(ctx, "/api/v1/keys", url.Values{"limit": {"10000"}})
 	if err != nil {
 		return nil, false, err
@@ -151,7 +134,7 @@ func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {
 	if *limit < 0 {
 		return 0, a.usage("keys", "--limit %d: want a positive number", *limit)
 	}
-	api, err := newWebAPI(a.webAddress, a.tls)
+	wapi, err := newWebAPI(a.webAddress, a.tls)
 	if err != nil {
 		return 0, a.usage("keys", "%v", err)
 	}
@@ -162,11 +145,11 @@ func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {
 	if *limit > 0 {
 		q.Set("limit", strconv.Itoa(*limit))
 	}
-	body, hdr, err := api.get(ctx, "/api/v1/keys", q)
+	body, hdr, err := wapi.get(ctx, "/api/v1/keys", q)
 	if err != nil {
 		return 0, withCode(exitServer, "keys: %w", err)
 	}
-	var keys []apiKey
+	var keys []api.KeyDetail
 	if err := json.Unmarshal(body, &keys); err != nil {
 		return 0, withCode(exitServer, "keys: the JSON API sent a list that does not decode: %w", err)
 	}
@@ -185,7 +168,7 @@ func (a *app) cmdKeys(ctx context.Context, args []string) (int, error) {
 }
 
 // writeKeys prints the held keys as an aligned table.
-func writeKeys(w io.Writer, keys []apiKey, now time.Time) {
+func writeKeys(w io.Writer, keys []api.KeyDetail, now time.Time) {
 	if len(keys) == 0 {
 		fmt.Fprintln(w, "no key is held")
 		return
@@ -193,9 +176,23 @@ func writeKeys(w io.Writer, keys []apiKey, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSOURCE\tHELD FOR\tWAITERS")
 	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", printable(k.Key), printable(k.Source), age(now.Sub(k.Since)), k.Waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", printable(raw(k.Key, k.KeyBase64)), printable(raw(k.Source, k.SourceBase64)),
+			age(now.Sub(k.Since)), k.Waiters)
 	}
 	tw.Flush()
+}
+
+// raw is a key or source's own bytes: the API's base64 copy when it has
+// one (the text form shows bytes that are not UTF-8 as U+FFFD), else text.
+func raw(text, b64 string) string {
+	if b64 == "" {
+		return text
+	}
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return text
+	}
+	return string(b)
 }
 
 // age formats a duration the way people read it: 45s, 12m3s, 5h2m, 3d4h.

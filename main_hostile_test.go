@@ -77,9 +77,9 @@ func pings(t *testing.T, n int) []byte {
 func awaitLog(t *testing.T, p *process, what string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for !strings.Contains(p.logs.String(), what) {
+	for !strings.Contains(p.Logs(), what) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %q logged within %v\n%s", what, within, p.logs)
+			t.Fatalf("no %q logged within %v\n%s", what, within, p.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -99,9 +99,9 @@ const floodBound = 48 << 20
 // empty answers nothing and grows without bound.
 func TestBinarySessionFloodGetsAnswersThroughout(t *testing.T) {
 	p := startBinary(t, "REQUEST_TIMEOUT=2s")
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	before := peakRSS(t, pid)
-	c := openRawSession(t, p.addr, 60000)
+	c := openRawSession(t, p.Addr, 60000)
 	defer c.Close()
 
 	const flood = 6 * time.Second
@@ -168,7 +168,7 @@ func TestBinarySessionFloodGetsAnswersThroughout(t *testing.T) {
 		sent.Load(), answered, flood, interval, buckets)
 	t.Logf("server peak memory: %.1f MiB before the flood, %.1f MiB after it", float64(before)/(1<<20), float64(peak)/(1<<20))
 	if readErr != nil {
-		t.Fatalf("connection dropped during the flood after %d bytes of answers: %v (write: %v)\n%s", answered, readErr, writeErr, p.logs)
+		t.Fatalf("connection dropped during the flood after %d bytes of answers: %v (write: %v)\n%s", answered, readErr, writeErr, p.Logs())
 	}
 	for i, b := range buckets {
 		if b == 0 {
@@ -178,8 +178,8 @@ func TestBinarySessionFloodGetsAnswersThroughout(t *testing.T) {
 	if peak-before > floodBound {
 		t.Errorf("the server's peak memory grew by %.1f MiB during the flood; bound %d MiB", float64(peak-before)/(1<<20), floodBound>>20)
 	}
-	if strings.Contains(p.logs.String(), "frame incomplete") {
-		t.Errorf("a whole-framed flood was dropped as incomplete:\n%s", p.logs)
+	if strings.Contains(p.Logs(), "frame incomplete") {
+		t.Errorf("a whole-framed flood was dropped as incomplete:\n%s", p.Logs())
 	}
 }
 
@@ -190,9 +190,9 @@ func TestBinarySessionFloodGetsAnswersThroughout(t *testing.T) {
 // REQUEST_TIMEOUT — while every other client is served.
 func TestBinarySessionFloodThatNeverReads(t *testing.T) {
 	p := startBinary(t, "REQUEST_TIMEOUT=2s")
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	before := peakRSS(t, pid)
-	c := openRawSession(t, p.addr, 60000)
+	c := openRawSession(t, p.Addr, 60000)
 	defer c.Close()
 
 	// Writes that end mid-Ping, as in the flood above.
@@ -222,13 +222,13 @@ func TestBinarySessionFloodThatNeverReads(t *testing.T) {
 	for {
 		if _, rerr := c.Read(make([]byte, 64<<10)); rerr != nil {
 			if errors.Is(rerr, os.ErrDeadlineExceeded) {
-				t.Fatalf("the dropped connection did not end\n%s", p.logs)
+				t.Fatalf("the dropped connection did not end\n%s", p.Logs())
 			}
 			break
 		}
 	}
 	// Meanwhile and after, another client is served.
-	if got := raw(t, p.addr, []byte{5, 1, 'k', 0}); got != '+' {
+	if got := raw(t, p.Addr, []byte{5, 1, 'k', 0}); got != '+' {
 		t.Errorf("TryLock of another client answered %q", got)
 	}
 }
@@ -271,31 +271,31 @@ func TestBinarySessionsCountPerAddress(t *testing.T) {
 	p := startBinary(t, "MAX_CONNECTIONS=40", "MAX_CONNECTIONS_PER_PEER=10")
 	var ids []uint64
 	for i := range 10 {
-		st, id := dialFrom(t, "127.0.0.1", p.addr, 0)
+		st, id := dialFrom(t, "127.0.0.1", p.Addr, 0)
 		if st != protocol.AnswerOK {
 			t.Fatalf("open %d from 127.0.0.1 answered %q", i+1, st)
 		}
 		ids = append(ids, id)
 	}
-	if st, _ := dialFrom(t, "127.0.0.1", p.addr, 0); st != protocol.AnswerFail {
+	if st, _ := dialFrom(t, "127.0.0.1", p.Addr, 0); st != protocol.AnswerFail {
 		t.Fatalf("the 11th session from one address answered %q; want '-'", st)
 	}
-	if st, _ := dialFrom(t, "127.0.0.2", p.addr, 0); st != protocol.AnswerOK {
-		t.Fatalf("a session from another address answered %q\n%s", st, p.logs)
+	if st, _ := dialFrom(t, "127.0.0.2", p.Addr, 0); st != protocol.AnswerOK {
+		t.Fatalf("a session from another address answered %q\n%s", st, p.Logs())
 	}
-	if st, id := dialFrom(t, "127.0.0.1", p.addr, ids[3]); st != protocol.AnswerOK || id != ids[3] {
+	if st, id := dialFrom(t, "127.0.0.1", p.Addr, ids[3]); st != protocol.AnswerOK || id != ids[3] {
 		t.Fatalf("resume of its own session from a full address answered %q, %x", st, id)
 	}
 	// A resume from another address keeps the session counted where it
 	// was opened: the full address stays full.
-	if st, _ := dialFrom(t, "127.0.0.3", p.addr, ids[4]); st != protocol.AnswerOK {
+	if st, _ := dialFrom(t, "127.0.0.3", p.Addr, ids[4]); st != protocol.AnswerOK {
 		t.Fatalf("resume from another address answered %q", st)
 	}
-	if st, _ := dialFrom(t, "127.0.0.1", p.addr, 0); st != protocol.AnswerFail {
+	if st, _ := dialFrom(t, "127.0.0.1", p.Addr, 0); st != protocol.AnswerFail {
 		t.Fatalf("after the resumes, another open from the full address answered %q", st)
 	}
-	if !strings.Contains(p.logs.String(), "too many sessions from this address") {
-		t.Errorf("the refusal is not logged with its reason:\n%s", p.logs)
+	if !strings.Contains(p.Logs(), "too many sessions from this address") {
+		t.Errorf("the refusal is not logged with its reason:\n%s", p.Logs())
 	}
 }
 
@@ -304,18 +304,18 @@ func TestBinarySessionsCountPerAddress(t *testing.T) {
 // each.
 func TestBinaryRefusalsAreRateLimited(t *testing.T) {
 	p := startBinary(t, "AUTH_TOKEN=0123456789abcdef")
-	before := strings.Count(p.logs.String(), "\n")
+	before := strings.Count(p.Logs(), "\n")
 	for range 500 {
-		if got := raw(t, p.addr, []byte{5, 1, 'k', 0}); got != '-' {
+		if got := raw(t, p.Addr, []byte{5, 1, 'k', 0}); got != '-' {
 			t.Fatalf("v1 TryLock with AUTH_TOKEN set answered %q", got)
 		}
 	}
-	lines := strings.Count(p.logs.String(), "request rejected")
+	lines := strings.Count(p.Logs(), "request rejected")
 	t.Logf("500 refused frames, %d log lines (%d lines before)", lines, before)
 	if lines == 0 || lines > 50 {
 		t.Errorf("500 refused frames logged %d lines; want a few a second", lines)
 	}
-	if !strings.Contains(p.logs.String(), "held_back=") {
-		t.Errorf("the lines do not say how many were held back:\n%s", p.logs)
+	if !strings.Contains(p.Logs(), "held_back=") {
+		t.Errorf("the lines do not say how many were held back:\n%s", p.Logs())
 	}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,31 +9,21 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/locking-center/locking-center/client"
-)
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
+	"github.com/locking-center/locking-center/internal/lctest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	lctest.RemoveBinaries()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -46,124 +34,15 @@ func TestMain(m *testing.M) {
 }
 
 // serverBinary builds the server once per test run, the way a user does.
-func serverBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "locking-center-bin")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "locking-center")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
-// freePort returns a loopback address nobody listens on right now.
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func serverBinary(t testing.TB) string { return lctest.Binary(t) }
 
 // process is a running server binary.
-type process struct {
-	cmd     *exec.Cmd
-	addr    string // lock protocol
-	web     string // web port
-	logs    *lockedLines
-	waitErr chan error
-}
+type process = lctest.Server
 
-type lockedLines struct {
-	mu    sync.Mutex // guards lines
-	lines []string
-}
-
-func (l *lockedLines) add(s string) { l.mu.Lock(); l.lines = append(l.lines, s); l.mu.Unlock() }
-
-func (l *lockedLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// startBinary runs the server with env added to a clean environment and
-// waits until /readyz answers. It is stopped with SIGTERM at cleanup.
-func startBinary(t testing.TB, env ...string) *process {
-	t.Helper()
-	p := &process{addr: freePort(t), web: freePort(t), logs: &lockedLines{}, waitErr: make(chan error, 1)}
-	p.cmd = exec.Command(serverBinary(t))
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "BIND_ADDRESS=" + p.addr, "WEB_ADDRESS=" + p.web}, env...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logs.add(sc.Text())
-		}
-	}()
-	go func() { <-scanned; p.waitErr <- p.cmd.Wait() }()
-	t.Cleanup(func() { p.stop(t) })
-
-	// With TLS the probe takes whatever certificate answers, as the
-	// healthcheck command does: the tests check the certificate themselves.
-	hc, scheme := http.DefaultClient, "http"
-	for _, e := range env {
-		if strings.HasPrefix(e, "TLS_CERT=") {
-			tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // readiness only
-			defer tr.CloseIdleConnections()
-			hc, scheme = &http.Client{Transport: tr}, "https"
-		}
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := hc.Get(scheme + "://" + p.web + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not ready: %v\n%s", err, p.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop sends SIGTERM and returns the exit error (nil for status 0).
-func (p *process) stop(t testing.TB) error {
-	if p.cmd.ProcessState != nil {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.waitErr:
-		return err
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Errorf("server ignored SIGTERM for 15s\n%s", p.logs)
-		return <-p.waitErr
-	}
-}
+// startBinary runs the server with env added to a clean environment on
+// ports the kernel picks, and waits until it is ready. It is stopped with
+// SIGTERM at cleanup.
+func startBinary(t testing.TB, env ...string) *process { return lctest.Start(t, env...) }
 
 // raw sends a raw frame and returns the one-byte answer (0 if none).
 func raw(t testing.TB, addr string, frame []byte) byte {
@@ -187,10 +66,10 @@ func raw(t testing.TB, addr string, frame []byte) byte {
 func TestBinaryRawSocketAndClient(t *testing.T) {
 	p := startBinary(t)
 	// The README's example: \x01\x03abc\x00 is Lock "abc" with no source.
-	if got := raw(t, p.addr, []byte("\x01\x03abc\x00")); got != '+' {
+	if got := raw(t, p.Addr, []byte("\x01\x03abc\x00")); got != '+' {
 		t.Fatalf("raw lock answered %q", got)
 	}
-	c := client.New(p.addr, client.WithSource("e2e"))
+	c := client.New(p.Addr, client.WithSource("e2e"))
 	ctx := context.Background()
 	if err := c.TryLock(ctx, "abc"); !errors.Is(err, client.ErrLocked) {
 		t.Fatalf("TryLock on a held key = %v", err)
@@ -201,14 +80,14 @@ func TestBinaryRawSocketAndClient(t *testing.T) {
 	if err := c.Lock(ctx, "abc"); err != nil {
 		t.Fatal(err)
 	}
-	if got := raw(t, p.addr, []byte{9, 1, 'x', 0}); got != '-' {
+	if got := raw(t, p.Addr, []byte{9, 1, 'x', 0}); got != '-' {
 		t.Fatalf("unknown action answered %q", got)
 	}
-	if err := p.stop(t); err != nil {
-		t.Fatalf("SIGTERM: exit %v, want status 0\n%s", err, p.logs)
+	if err := p.Stop(); err != nil {
+		t.Fatalf("SIGTERM: exit %v, want status 0\n%s", err, p.Logs())
 	}
-	if !strings.Contains(p.logs.String(), "version=") {
-		t.Fatalf("no version in the start-up log:\n%s", p.logs)
+	if !strings.Contains(p.Logs(), "version=") {
+		t.Fatalf("no version in the start-up log:\n%s", p.Logs())
 	}
 }
 
@@ -217,7 +96,7 @@ func TestBinaryRawSocketAndClient(t *testing.T) {
 func TestBinaryFIFOAndGhost(t *testing.T) {
 	p := startBinary(t)
 	ctx := context.Background()
-	holder := client.New(p.addr, client.WithSource("holder"))
+	holder := client.New(p.Addr, client.WithSource("holder"))
 	if err := holder.Lock(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +111,7 @@ func TestBinaryFIFOAndGhost(t *testing.T) {
 	ghostCtx, killGhost := context.WithCancel(ctx)
 	for i := range n {
 		go func() {
-			c := client.New(p.addr, client.WithSource(fmt.Sprint("w", i)))
+			c := client.New(p.Addr, client.WithSource(fmt.Sprint("w", i)))
 			if i == ghost {
 				ghostDone <- c.Lock(ghostCtx, "q")
 				return
@@ -275,7 +154,7 @@ func waitQueue(t *testing.T, p *process, key string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, err := queueLen(p.web, key)
+		got, err := queueLen(p.Web, key)
 		if err == nil && got == n {
 			return
 		}
@@ -351,13 +230,13 @@ func TestBinaryDistinctKeysDoNotLeak(t *testing.T) {
 		t.Skip("-short: 200,000 connections take a while")
 	}
 	p := startBinary(t)
-	start := rssOf(t, p.cmd.Process.Pid)
+	start := rssOf(t, p.Cmd.Process.Pid)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	const n, workers = 100_000, 4
 	for w := range workers {
 		wg.Go(func() {
-			c := client.New(p.addr)
+			c := client.New(p.Addr)
 			for i := w; i < n; i += workers {
 				k := "distinct-" + strconv.Itoa(i)
 				if err := c.Lock(ctx, k); err != nil {
@@ -372,7 +251,7 @@ func TestBinaryDistinctKeysDoNotLeak(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	end := rssOf(t, p.cmd.Process.Pid)
+	end := rssOf(t, p.Cmd.Process.Pid)
 	t.Logf("server RSS: %d MiB at start, %d MiB after %d distinct keys", start>>20, end>>20, n)
 	if end-start > 64<<20 {
 		t.Fatalf("server RSS grew by %d MiB", (end-start)>>20)
@@ -408,7 +287,7 @@ func TestBinaryOriginalClientFrames(t *testing.T) {
 		{"reset by source", []byte("\x04\x04orig")},
 	}
 	for _, s := range steps {
-		got, took := originalClient(t, p.addr, s.frame)
+		got, took := originalClient(t, p.Addr, s.frame)
 		if got != '+' {
 			t.Fatalf("%s: answered %q", s.what, got)
 		}
@@ -416,7 +295,7 @@ func TestBinaryOriginalClientFrames(t *testing.T) {
 			t.Fatalf("%s: answered after %v", s.what, took)
 		}
 	}
-	resp, err := http.Get("http://" + p.web + "/api/v1/keys")
+	resp, err := http.Get("http://" + p.Web + "/api/v1/keys")
 	if err != nil {
 		t.Fatal(err)
 	}

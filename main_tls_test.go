@@ -97,14 +97,14 @@ func TestBinaryTLSRotationUnderLoad(t *testing.T) {
 	certPath, keyPath := first.WriteFiles(t, dir, "tls")
 	p := startBinary(t, "TLS_CERT="+certPath, "TLS_KEY="+keyPath)
 	trust := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
-	if got := serialOf(t, p.addr, trust); got.Cmp(first.Cert.SerialNumber) != 0 {
+	if got := serialOf(t, p.Addr, trust); got.Cmp(first.Cert.SerialNumber) != 0 {
 		t.Fatalf("lock port serial %s, want %s", got, first.Cert.SerialNumber)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var slogs syncBuf
-	s, err := client.NewSession(ctx, p.addr, client.WithTLS(trust), client.WithTTL(2*time.Second),
+	s, err := client.NewSession(ctx, p.Addr, client.WithTLS(trust), client.WithTTL(2*time.Second),
 		client.WithLogger(slog.New(slog.NewTextHandler(&slogs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestBinaryTLSRotationUnderLoad(t *testing.T) {
 			sessionOps.Add(1)
 		}
 	})
-	v1 := client.New(p.addr, client.WithTLS(trust))
+	v1 := client.New(p.Addr, client.WithTLS(trust))
 	wg.Go(func() {
 		for {
 			select {
@@ -166,11 +166,11 @@ func TestBinaryTLSRotationUnderLoad(t *testing.T) {
 	replaceAtomically(t, certPath, second.CertPEM)
 	replaceAtomically(t, keyPath, second.KeyPEM)
 	waitUntil(t, "the new certificate on the lock port", func() bool {
-		return serialOf(t, p.addr, trust).Cmp(second.Cert.SerialNumber) == 0
+		return serialOf(t, p.Addr, trust).Cmp(second.Cert.SerialNumber) == 0
 	})
 	webTrust := &http.Transport{TLSClientConfig: trust}
 	defer webTrust.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: webTrust, Timeout: 10 * time.Second}).Get("https://" + p.web + "/readyz")
+	resp, err := (&http.Client{Transport: webTrust, Timeout: 10 * time.Second}).Get("https://" + p.Web + "/readyz")
 	if err != nil {
 		t.Fatalf("web port over TLS: %v", err)
 	}
@@ -180,11 +180,11 @@ func TestBinaryTLSRotationUnderLoad(t *testing.T) {
 	}
 
 	// SIGHUP reloads too.
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the reload on SIGHUP", func() bool {
-		return strings.Contains(p.logs.String(), `reason=signal serial=`+second.SerialHex())
+		return strings.Contains(p.Logs(), `reason=signal serial=`+second.SerialHex())
 	})
 	before := sessionOps.Load()
 	waitUntil(t, "more session requests after the rotation", func() bool { return sessionOps.Load() > before+10 })
@@ -200,8 +200,8 @@ func TestBinaryTLSRotationUnderLoad(t *testing.T) {
 	if err := s.Unlock(ctx, "held", tok); err != nil {
 		t.Fatalf("the hold taken before the rotation: %v", err)
 	}
-	if !strings.Contains(p.logs.String(), "tls certificate loaded") {
-		t.Fatalf("no reload logged:\n%s", p.logs)
+	if !strings.Contains(p.Logs(), "tls certificate loaded") {
+		t.Fatalf("no reload logged:\n%s", p.Logs())
 	}
 }
 
@@ -223,7 +223,7 @@ func TestBinaryHealthcheckOverTLS(t *testing.T) {
 	env := []string{"TLS_CERT=" + certPath, "TLS_KEY=" + keyPath}
 	p := startBinary(t, env...)
 	cmd := exec.Command(serverBinary(t), "healthcheck")
-	cmd.Env = append([]string{"WEB_ADDRESS=" + p.web}, env...)
+	cmd.Env = append([]string{"WEB_ADDRESS=" + p.Web}, env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("healthcheck over TLS: %v\n%s", err, out)
 	}

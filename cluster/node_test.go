@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
 
+	"github.com/locking-center/locking-center/internal/lctest"
 	"github.com/locking-center/locking-center/locker"
 )
 
@@ -51,7 +51,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 type testNode struct {
 	cfg  Config
 	node *Node
-	logs *syncBuffer
+	logs *lctest.SyncBuffer
 
 	mu   sync.Mutex // guards last
 	last Leadership
@@ -61,24 +61,6 @@ func (n *testNode) leadership() Leadership {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.last
-}
-
-// syncBuffer collects log lines from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (n *testNode) start(t *testing.T) {
@@ -123,7 +105,7 @@ func newCluster(t *testing.T, size int, token func(i int) string) []*testNode {
 		if token != nil && token(i) != "" {
 			tok = token(i)
 		}
-		logs := &syncBuffer{}
+		logs := &lctest.SyncBuffer{}
 		nodes[i] = &testNode{logs: logs, cfg: Config{
 			NodeID: fmt.Sprintf("n%d", i+1), RaftAddress: addrs[i], Peers: strings.Join(peers, ","),
 			Token: tok, RaftDir: t.TempDir(),

@@ -1,46 +1,17 @@
 package walog
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/locking-center/locking-center/internal/lctest"
 )
-
-// syncBuffer is a bytes.Buffer for a logger that the writer goroutine
-// writes to while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lineWith returns the first line of the log output that contains msg.
-func (b *syncBuffer) lineWith(msg string) string {
-	for line := range strings.SplitSeq(b.String(), "\n") {
-		if strings.Contains(line, msg) {
-			return line
-		}
-	}
-	return ""
-}
 
 // churn locks and unlocks a few keys until done says stop, at most n
 // cycles, and returns how many it made.
@@ -71,7 +42,7 @@ func churn(t *testing.T, l *Log, n int, done func() bool) int {
 func TestFolderOpenFailureIsAFailedCompaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.wal")
 	fsys := &FaultFS{}
-	var out syncBuffer
+	var out lctest.SyncBuffer
 	l, _ := open(t, path, Options{FS: fsys, CompactFloor: 2048, Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	want := map[string]Holder{}
 	for i := range 5 {
@@ -95,7 +66,7 @@ func TestFolderOpenFailureIsAFailedCompaction(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("EMFILE on the folder failed the log: %v", err)
 	}
-	line := out.lineWith("compaction failed")
+	line := out.LineWith("compaction failed")
 	if !strings.Contains(line, "file="+filepath.Dir(path)) || !strings.Contains(line, "too many open files") {
 		t.Fatalf("the failed compaction's line does not name the folder and the cause: %q", line)
 	}
@@ -127,7 +98,7 @@ func TestFolderOpenFailureIsAFailedCompaction(t *testing.T) {
 func TestFailedCompactionNamesTheFileThatFailed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.wal")
 	fsys := &FaultFS{}
-	var out syncBuffer
+	var out lctest.SyncBuffer
 	l, _ := open(t, path, Options{FS: fsys, CompactFloor: 2048, Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	fsys.SetFault(func(op, name string) error {
 		if op == "write" && strings.HasSuffix(name, ".tmp") {
@@ -136,7 +107,7 @@ func TestFailedCompactionNamesTheFileThatFailed(t *testing.T) {
 		return nil
 	})
 	churn(t, l, 20000, func() bool { return l.Stats().Errors > 0 })
-	line := out.lineWith("compaction failed")
+	line := out.LineWith("compaction failed")
 	if line == "" {
 		t.Fatalf("no compaction failed:\n%s", out.String())
 	}

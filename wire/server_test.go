@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,11 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/internal/lctest"
 
 	"go.uber.org/goleak"
 
@@ -23,28 +22,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testServer struct {
 	*Server
 	addr string
-	log  *syncBuffer
+	log  *lctest.SyncBuffer
 	// tls, when set, is the configuration every connection of the test's
 	// helpers (send, openSession) dials with.
 	tls *tls.Config
@@ -76,7 +57,7 @@ func startServer(t testing.TB, configure func(*Server)) *testServer {
 // startServerOn serves on l until the test ends.
 func startServerOn(t testing.TB, l net.Listener, configure func(*Server)) *testServer {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &lctest.SyncBuffer{}
 	s := &Server{
 		Table:  locker.New(locker.Options{}),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,23 +11,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/internal/lctest"
 	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 	"go.uber.org/goleak"
 )
 
-// The real binaries, built once by TestMain.
-var (
-	serverBin string
-	cliBin    string
-)
+// cliBin is the real lc-cli, built once by TestMain; the server comes
+// from lctest.
+var cliBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "lc-cli-test-")
@@ -37,17 +33,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := func() int {
-		serverBin = filepath.Join(dir, "locking-center")
 		cliBin = filepath.Join(dir, "lc-cli")
-		for _, b := range []struct{ out, pkgDir string }{{serverBin, "../.."}, {cliBin, "."}} {
-			cmd := exec.Command("go", "build", "-o", b.out, ".")
-			cmd.Dir = b.pkgDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go build in %s: %v\n%s", b.pkgDir, err, out)
-				return 1
-			}
+		if out, err := exec.Command("go", "build", "-o", cliBin, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build of lc-cli: %v\n%s", err, out)
+			return 1
 		}
 		code := m.Run()
+		lctest.RemoveBinaries()
 		if code == 0 {
 			if err := goleak.Find(); err != nil {
 				fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -60,96 +52,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// server is a real locking-center process on free loopback ports.
-type server struct {
-	addr, web string
-	cmd       *exec.Cmd
-	logDone   chan struct{}
-	startEnv  []string // what start added to the environment
-
-	mu  sync.Mutex // guards log
-	log bytes.Buffer
-}
-
-var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
+// server is a real locking-center process on loopback ports, with what
+// lc-cli's tests ask of it.
+type server struct{ *lctest.Server }
 
 // startServer starts the server binary and stops it at the end of the test.
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
-	s := &server{}
-	s.start(t, append([]string{"BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=127.0.0.1:0"}, env...))
-	t.Cleanup(s.stop)
-	return s
-}
-
-// start runs the server binary with env added to the environment and
-// waits for it to listen.
-func (s *server) start(t *testing.T, env []string) {
-	t.Helper()
-	s.logDone = make(chan struct{})
-	s.cmd = exec.Command(serverBin)
-	s.cmd.Env = append(os.Environ(), env...)
-	pipe, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	s.startEnv = env
-	addrs := make(chan []string, 1)
-	logDone := s.logDone
-	// The log reader ends when the server exits and its stderr closes.
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.log.WriteString(line + "\n")
-			s.mu.Unlock()
-			if m := startedRE.FindStringSubmatch(line); m != nil {
-				addrs <- m[1:]
-			}
-		}
-	}()
-	select {
-	case a := <-addrs:
-		s.addr, s.web = a[0], a[1]
-	case <-logDone:
-		t.Fatalf("server exited before it listened:\n%s", s.logText())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("server did not log its addresses in 10s:\n%s", s.logText())
-	}
-}
-
-// restart stops the server (SIGTERM) and starts it again on the same
-// addresses, with the same environment (and so the same DATA_PATH).
-func (s *server) restart(t *testing.T) {
-	t.Helper()
-	s.stop()
-	s.start(t, append(s.startEnv, "BIND_ADDRESS="+s.addr, "WEB_ADDRESS="+s.web))
-}
-
-func (s *server) logText() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
-
-// stop ends the server (SIGTERM, as in production) and waits for it.
-func (s *server) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.logDone
-	_ = s.cmd.Wait()
+	return &server{lctest.Start(t, env...)}
 }
 
 // env is the environment of an lc-cli talking to s.
 func (s *server) env(extra ...string) []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "LC_ADDRESS=" + s.addr, "LC_WEB_ADDRESS=" + s.web}
+	env := []string{"PATH=" + os.Getenv("PATH"), "LC_ADDRESS=" + s.Addr, "LC_WEB_ADDRESS=" + s.Web}
 	return append(env, extra...)
 }
 
@@ -205,7 +120,7 @@ func eventually(t *testing.T, what string, cond func() bool, explain ...func() s
 // key reads one key from the JSON API; nil when it is not held.
 func (s *server) key(t *testing.T, key string) *api.KeyDetail {
 	t.Helper()
-	resp, err := http.Get("http://" + s.web + "/api/v1/keys/" + keypath.Encode(key))
+	resp, err := http.Get("http://" + s.Web + "/api/v1/keys/" + keypath.Encode(key))
 	if err != nil {
 		t.Fatalf("JSON API: %v", err)
 	}
@@ -570,11 +485,11 @@ func TestKeysBehindPassword(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "WEB_PASSWORD=s3cret")
 	s.hold(t, "guarded")
-	code, stdout, errOut := run(t, s.env(), "keys", "--web-address", "http://admin:s3cret@"+s.web)
+	code, stdout, errOut := run(t, s.env(), "keys", "--web-address", "http://admin:s3cret@"+s.Web)
 	if code != 0 || !strings.Contains(stdout, "guarded") {
 		t.Errorf("keys with the password in the URL: %d %q %q", code, stdout, errOut)
 	}
-	if code, _, _ := run(t, s.env(), "keys", "--web-address", "http://admin:wrong@"+s.web); code == 0 {
+	if code, _, _ := run(t, s.env(), "keys", "--web-address", "http://admin:wrong@"+s.Web); code == 0 {
 		t.Error("keys with a wrong password succeeded")
 	}
 }
@@ -592,10 +507,10 @@ func TestAddressAndSource(t *testing.T) {
 	}
 	// --address wins over LC_ADDRESS, before the command or after KEY.
 	env := []string{"PATH=" + os.Getenv("PATH"), "LC_ADDRESS=" + dead}
-	if code, _, e := run(t, env, "--address", s.addr, "unlock", "addr"); code != 0 {
+	if code, _, e := run(t, env, "--address", s.Addr, "unlock", "addr"); code != 0 {
 		t.Errorf("--address before the command: %d %s", code, e)
 	}
-	if code, _, e := run(t, env, "trylock", "addr", "--address", s.addr, "--source", "x", "--", "true"); code != 0 {
+	if code, _, e := run(t, env, "trylock", "addr", "--address", s.Addr, "--source", "x", "--", "true"); code != 0 {
 		t.Errorf("--address after KEY: %d %s", code, e)
 	}
 	// With LC_ADDRESS pointing nowhere, the env is what is used.
@@ -648,7 +563,7 @@ func TestReleaseFailureIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the command to start", func() bool { _, err := os.Stat(ready); return err == nil })
-	s.stop()
+	s.Stop()
 	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -301,23 +301,23 @@ func (d *answerDropper) set(target string, down bool) {
 func TestLostAnswerOnRestart(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "DATA_PATH="+filepath.Join(t.TempDir(), "locks.wal"))
-	d := newAnswerDropper(t, s.addr)
+	d := newAnswerDropper(t, s.Addr)
 	g1, g2 := newGate(t), newGate(t)
 	env := s.env()
 	env[1] = "LC_ADDRESS=" + d.l.Addr().String()
 	first, wait1 := startCLI(t, env, append([]string{"lock", "restart/k", "--"}, g1.argv()...)...)
 	g1.started(t)
-	d.set(s.addr, true) // no reconnection until the server is back
+	d.set(s.Addr, true) // no reconnection until the server is back
 	g1.open(t)
 	select {
 	case <-d.dropped:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first lc-cli sent no Unlock")
 	}
-	s.restart(t)
+	s.Restart(t)
 	second, wait2 := startCLI(t, s.env(), append([]string{"lock", "restart/k", "--"}, g2.argv()...)...)
 	tok2 := g2.started(t)
-	d.set(s.addr, false) // the first lc-cli may reach the server again
+	d.set(s.Addr, false) // the first lc-cli may reach the server again
 	if code := wait1(); code != 0 {
 		t.Fatalf("first: status %d, stderr %q", code, first.stderr)
 	}
@@ -353,7 +353,7 @@ func TestSessionLostStopsCommand(t *testing.T) {
 			switch how {
 			case "ended":
 				var list []api.Session
-				resp, err := http.Get("http://" + s.web + "/api/v1/sessions")
+				resp, err := http.Get("http://" + s.Web + "/api/v1/sessions")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -362,7 +362,7 @@ func TestSessionLostStopsCommand(t *testing.T) {
 				if err != nil || len(list) != 1 {
 					t.Fatalf("sessions: %v %v", list, err)
 				}
-				req, _ := http.NewRequest(http.MethodPost, "http://"+s.web+"/api/v1/sessions/"+list[0].Session+"/end", nil)
+				req, _ := http.NewRequest(http.MethodPost, "http://"+s.Web+"/api/v1/sessions/"+list[0].Session+"/end", nil)
 				resp, err = http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
@@ -372,7 +372,7 @@ func TestSessionLostStopsCommand(t *testing.T) {
 					t.Fatalf("end session: %s", resp.Status)
 				}
 			case "unreachable":
-				s.stop()
+				s.Stop()
 			}
 			if code := waitCLI(); code != exitSessionLost {
 				t.Fatalf("status %d, want 4; stderr %q", code, r.stderr)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/internal/lctest"
 
 	"go.uber.org/goleak"
 
@@ -35,43 +36,16 @@ const (
 	keyCount       = 6
 )
 
-var serverBinary string // the server, built by TestMain
-
 func TestMain(m *testing.M) {
-	code, err := buildAndRun(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "crashtest:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func buildAndRun(m *testing.M) (int, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return 0, err
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return 0, fmt.Errorf("repo root not found: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "lc-crashtest")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	serverBinary = filepath.Join(dir, "locking-center")
-	cmd := exec.Command("go", "build", "-o", serverBinary, ".")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("go build: %v\n%s", err, out)
-	}
 	code := m.Run()
+	lctest.RemoveBinaries()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
-			return 0, fmt.Errorf("goleak: %w", err)
+			fmt.Fprintln(os.Stderr, "crashtest: goleak:", err)
+			code = 1
 		}
 	}
-	return code, nil
+	os.Exit(code)
 }
 
 // server is one run of the binary.
@@ -118,7 +92,7 @@ func (o *output) String() string {
 // for it to serve. env adds to or overrides its environment.
 func start(t testing.TB, dataPath string, env ...string) *server {
 	t.Helper()
-	return startWith(t, serverBinary, dataPath, env...)
+	return startWith(t, lctest.Binary(t), dataPath, env...)
 }
 
 // startWith is start with the binary bin.
@@ -773,7 +747,7 @@ func TestBinaryTornTailAndCorruption(t *testing.T) {
 	if err := os.WriteFile(dataPath, bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(serverBinary)
+	cmd := exec.Command(lctest.Binary(t))
 	cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -792,7 +766,7 @@ func TestBinaryTornTailAndCorruption(t *testing.T) {
 func TestBinarySecondServerRefused(t *testing.T) {
 	dataPath := filepath.Join(t.TempDir(), "locks.wal")
 	first := start(t, dataPath)
-	cmd := exec.Command(serverBinary)
+	cmd := exec.Command(lctest.Binary(t))
 	cmd.Env = append(os.Environ(), "DATA_PATH="+dataPath, "BIND_ADDRESS=127.0.0.1:0", "WEB_ADDRESS=off")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

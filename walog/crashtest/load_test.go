@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/internal/lctest"
 	"github.com/locking-center/locking-center/walog/crashtest/history"
 )
 
@@ -54,33 +54,8 @@ var failpoints = []struct {
 	{"compact-folder-synced", 2},
 }
 
-var (
-	fpOnce   sync.Once
-	fpBinary string // the server built with -tags failpoints
-	fpErr    error
-)
-
-// failpointBinary builds the server with -tags failpoints beside the
-// normal one (TestMain removes both).
-func failpointBinary(t *testing.T) string {
-	fpOnce.Do(func() {
-		root, err := filepath.Abs(filepath.Join("..", ".."))
-		if err != nil {
-			fpErr = err
-			return
-		}
-		fpBinary = filepath.Join(filepath.Dir(serverBinary), "locking-center-failpoints")
-		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", fpBinary, ".")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fpErr = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
-		}
-	})
-	if fpErr != nil {
-		t.Fatal(fpErr)
-	}
-	return fpBinary
-}
+// failpointBinary builds the server with -tags failpoints (once).
+func failpointBinary(t *testing.T) string { return lctest.Binary(t, "failpoints") }
 
 // errHungUp is a v1 request the client gave up on, as the clients in
 // clients/ do: it closed its write side and read on. With answer '+' the

@@ -53,9 +53,9 @@ func awaitHealthy(t *testing.T, bin, webAddress string) (int, string) {
 	}
 }
 
-// startServer runs the server in-process on free loopback ports and returns
+// runInProcess runs the server in-process on free loopback ports and returns
 // its web address and a function that stops it and waits for run to return.
-func startServer(t *testing.T, env map[string]string) (web net.Addr, stop func()) {
+func runInProcess(t *testing.T, env map[string]string) (web net.Addr, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	env["BIND_ADDRESS"], env["WEB_ADDRESS"] = "127.0.0.1:0", "127.0.0.1:0"
@@ -82,7 +82,7 @@ func startServer(t *testing.T, env map[string]string) (web net.Addr, stop func()
 func TestHealthcheckSubcommand(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	bin := serverBinary(t) // the binary a container HEALTHCHECK runs
-	web, stop := startServer(t, map[string]string{})
+	web, stop := runInProcess(t, map[string]string{})
 	_, port, err := net.SplitHostPort(web.String())
 	if err != nil {
 		stop()
@@ -110,7 +110,7 @@ func TestHealthcheckSubcommand(t *testing.T) {
 	// Probes are exempt from WEB_PASSWORD: the container stays healthy when
 	// the dashboard asks for a password.
 	t.Run("web password", func(t *testing.T) {
-		web, stop := startServer(t, map[string]string{"WEB_PASSWORD": "secret"})
+		web, stop := runInProcess(t, map[string]string{"WEB_PASSWORD": "secret"})
 		defer stop()
 		if code, stderr := awaitHealthy(t, bin, web.String()); code != 0 {
 			t.Errorf("with WEB_PASSWORD set: exit %d, stderr %q", code, stderr)

@@ -6,11 +6,10 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import (
-	"github.com/a-h/templ"
-	templruntime "github.com/a-h/templ/runtime"
-	"github.com/locking-center/locking-center/web/keypath"
-)
+import "github.com/a-h/templ"
+import templruntime "github.com/a-h/templ/runtime"
+
+import "github.com/locking-center/locking-center/web/keypath"
 
 // confirmPage is the confirmation step of a reset (GET /reset/key and
 // /reset/source); its form posts to the same path.

@@ -6,11 +6,10 @@ package web
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import (
-	"github.com/a-h/templ"
-	templruntime "github.com/a-h/templ/runtime"
-	"github.com/locking-center/locking-center/assets"
-)
+import "github.com/a-h/templ"
+import templruntime "github.com/a-h/templ/runtime"
+
+import "github.com/locking-center/locking-center/assets"
 
 // layout is the frame of every page: head, top bar, footer.
 func layout(c chrome) templ.Component {

@@ -7,7 +7,7 @@
 # GO_IMAGE names another image with that Go (at /usr/local/go/bin, a shell and
 # mkdir) for machines that cannot pull from a registry; deploy's compose test
 # passes one made from the local Go toolchain.
-ARG GO_IMAGE=golang:1.26.8
+ARG GO_IMAGE=docker.io/library/golang:1.26.8
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
 

@@ -8,9 +8,11 @@ GO       ?= go
 FUZZTIME ?= 30s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-# promtool is unpacked here by deploy/ci-setup.sh (nothing is installed
-# system-wide for it); the tests find it on PATH.
-export PATH := $(CURDIR)/.ci/tools/bin:$(PATH)
+# promtool is unpacked into .ci/tools/bin by deploy/ci-setup.sh, and the
+# Python tools (pytest, podman-compose, ziglang) live in the project's venv
+# .ci/tools/venv (.ci/python-venv): nothing is installed into the machine's
+# Python. The tests find them on PATH; the venv's python3 comes first.
+export PATH := $(CURDIR)/.ci/tools/venv/bin:$(CURDIR)/.ci/tools/bin:$(PATH)
 
 # Tests that `go test ./...` skips on purpose, and where they run instead:
 # the Go client's conformance suite needs a server (clients/run-tests starts

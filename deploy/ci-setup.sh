@@ -11,7 +11,8 @@
 #                   boot; the ones this install enabled are disabled again
 #                   (units enabled before are left as they were). Nothing is
 #                   started or stopped.
-#   podman-compose  from PyPI, with pip.
+#   podman-compose  from PyPI, into the project's venv .ci/tools/venv
+#                   (.ci/python-venv), not the machine's Python.
 #   Kubernetes' OpenAPI schemas: the k8s.io/kubernetes Go module of the
 #                   release that matches k8s.io/api in deploy/go.mod, into
 #                   the Go module cache (TestKubernetesSchemas reads it).
@@ -68,12 +69,8 @@ else
 fi
 
 # --- podman-compose
-if ! command -v podman-compose >/dev/null 2>&1; then
-	python3 -m pip install --quiet --disable-pip-version-check podman-compose ||
-		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages podman-compose
-	hash -r
-fi
-echo "ci-setup: $(podman-compose --version 2>/dev/null | head -n1)"
+"$root/.ci/python-venv" podman-compose
+echo "ci-setup: $("$root/.ci/tools/venv/bin/podman-compose" --version 2>/dev/null | head -n1)"
 
 # --- Kubernetes' OpenAPI schemas
 api=$(awk '$1 == "k8s.io/api" { print $2; exit }' "$root/deploy/go.mod")

@@ -54,7 +54,7 @@ func composeStopGrace(t *testing.T) time.Duration {
 	return time.Duration(*s.StopGracePeriod)
 }
 
-var pinnedPrometheus = regexp.MustCompile(`^prom/prometheus:v\d+\.\d+\.\d+$`)
+var pinnedPrometheus = regexp.MustCompile(`^docker\.io/prom/prometheus:v\d+\.\d+\.\d+$`)
 
 func TestCompose(t *testing.T) {
 	root := repoRoot(t)
@@ -119,7 +119,7 @@ func TestCompose(t *testing.T) {
 			t.Errorf("profiles %v, want [monitoring]", s.Profiles)
 		}
 		if !pinnedPrometheus.MatchString(s.Image) {
-			t.Errorf("image %q, want the official prom/prometheus pinned to vX.Y.Z", s.Image)
+			t.Errorf("image %q, want the official docker.io/prom/prometheus pinned to vX.Y.Z", s.Image)
 		}
 		i := slices.IndexFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool {
 			return v.Type == types.VolumeTypeBind && v.Source == filepath.Join(root, "deploy", "prometheus")

@@ -104,7 +104,7 @@ func parseDockerfile(t *testing.T) image {
 const binaryPath = "/locking-center"
 
 var (
-	pinnedGolang = regexp.MustCompile(`^golang:(\d+\.\d+\.\d+)(-[a-z0-9.]+)?$`)
+	pinnedGolang = regexp.MustCompile(`^docker\.io/library/golang:(\d+\.\d+\.\d+)(-[a-z0-9.]+)?$`)
 	ldflags      = regexp.MustCompile(`-ldflags[= ]"([^"]*)"`)
 )
 
@@ -118,7 +118,7 @@ func TestDockerfile(t *testing.T) {
 		}
 		m := pinnedGolang.FindStringSubmatch(img.BuilderBase)
 		if m == nil {
-			t.Fatalf("builder FROM %q: want golang:X.Y.Z (pinned to a patch release)", img.BuilderBase)
+			t.Fatalf("builder FROM %q: want docker.io/library/golang:X.Y.Z (pinned to a patch release)", img.BuilderBase)
 		}
 		gomod, err := modfile.ParseLax("go.mod", readRepoFile(t, "go.mod"), nil)
 		if err != nil || gomod.Go == nil {

@@ -1,12 +1,10 @@
 package deploy
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -29,8 +26,9 @@ import (
 // published ports.
 //
 // No container registry is reachable here, so the Dockerfile's builder
-// image (GO_IMAGE) is made from the local Go toolchain and imported, and the
-// build's `go mod download` reads this machine's module cache through a
+// image is made from the local Go toolchain by deploy/make-go-image.sh, the
+// README's recipe for such a machine, under the name the Dockerfile pulls;
+// the build's `go mod download` reads this machine's module cache through a
 // read-only mount (GOPROXY=file://...) instead of the network.
 //
 // Everything podman stores for the test — images, layers, containers,
@@ -48,21 +46,11 @@ type podmanStack struct {
 	env      []string // environment of every podman and podman-compose run
 	project  string   // compose project name, unique to this run
 	version  string   // VERSION given to compose: the image tag and stamped version
-	goImage  string   // the imported builder image
+	goImage  string   // the builder image make-go-image.sh makes
 	modCache string   // host GOMODCACHE, mounted into the build
 	lockAddr string   // published lock port, 127.0.0.1:PORT
 	webAddr  string   // published web port
 	password string   // WEB_PASSWORD given to the server
-}
-
-// rlimitNofile is this process's hard limit of open files.
-func rlimitNofile(t *testing.T) uint64 {
-	t.Helper()
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	return lim.Max
 }
 
 // requirePodman returns podman-compose's argv, or skips the test (fails it
@@ -111,21 +99,19 @@ func newPodmanStack(t *testing.T) *podmanStack {
 		webAddr:  freePort(t),
 		password: "compose-test-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
-	s.goImage = "localhost/" + s.project + "-go:" + strings.TrimPrefix(runtime.Version(), "go")
+	// The Dockerfile's default builder, which make-go-image.sh tags.
+	s.goImage = parseDockerfile(t).BuilderBase
 
-	// runc, not crun: crun fails on this kernel's hybrid cgroups. The
-	// ulimits are explicit because podman's defaults (1048576) are above
-	// what an unprivileged sandbox may set.
-	conf := fmt.Sprintf(`[containers]
-default_ulimits = ["nofile=%[2]d:%[2]d", "nproc=4096:4096"]
-[engine]
+	// runc, not crun: crun fails on this kernel's hybrid cgroups (the
+	// README's podman settings). The ulimits are the compose file's own.
+	conf := fmt.Sprintf(`[engine]
 runtime = "runc"
 tmp_dir = "%[1]s/tmp"
 events_logger = "file"
 events_logfile_path = "%[1]s/events.log"
 [network]
 network_config_dir = "%[1]s/networks"
-`, dir, min(rlimitNofile(t), 1<<20))
+`, dir)
 	storage := fmt.Sprintf(`[storage]
 driver = "overlay"
 graphroot = "%[1]s/storage"
@@ -151,6 +137,9 @@ runroot = "%[1]s/run"
 		"LOCK_PORT="+s.lockAddr,
 		"WEB_PORT="+s.webAddr,
 		"WEB_PASSWORD="+s.password,
+		// Docker's image format keeps the Dockerfile's HEALTHCHECK (OCI's
+		// drops it), as the README's podman settings say.
+		"BUILDAH_FORMAT=docker",
 	)
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
@@ -186,11 +175,10 @@ func (s *podmanStack) try(name string, args ...string) (string, error) {
 func (s *podmanStack) composeArgs(sub ...string) []string {
 	args := append(slices.Clone(s.compose[1:]),
 		"-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yml"), "--in-pod", "false",
-		// Docker's image format keeps the Dockerfile's HEALTHCHECK (OCI's
-		// drops it); no intermediate images are kept.
+		// No intermediate images are kept; the module cache stands in for
+		// the module proxy.
 		"--podman-build-args", strings.Join([]string{
-			"--format", "docker", "--layers=false",
-			"--build-arg", "GO_IMAGE=" + s.goImage,
+			"--layers=false",
 			"-v", filepath.Join(s.modCache, "cache", "download") + ":/gomodcache:ro",
 		}, " "),
 	)
@@ -214,153 +202,21 @@ func (s *podmanStack) container() string {
 	return names[0]
 }
 
-// importGoImage makes the builder image from the local Go toolchain: GOROOT
-// at /usr/local/go (as in the official golang image), /bin/sh and /bin/mkdir
-// for the Dockerfile's RUN lines, with the shared libraries they load. The
-// module proxy is the host's module cache, which the build mounts.
-func (s *podmanStack) importGoImage() {
-	t := s.t
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOROOT").Output()
+// makeGoImage makes the Dockerfile's builder image from the local Go
+// toolchain with deploy/make-go-image.sh, as the README tells a user with
+// no registry in reach to do, into the test's own podman storage. The
+// image's module proxy is the host's module cache, which the build mounts.
+func (s *podmanStack) makeGoImage() {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.root, "deploy", "make-go-image.sh"))
+	cmd.Env = append(slices.Clone(s.env), "ENGINE=podman", "GOPROXY=file:///gomodcache", "GOSUMDB=off")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go env GOROOT: %v", err)
+		s.t.Fatalf("deploy/make-go-image.sh: %v\n%s", err, out)
 	}
-	goroot := strings.TrimSpace(string(out))
-
-	pr, pw := io.Pipe()
-	cmd := exec.Command("podman", "import",
-		"--change", "ENV PATH=/usr/local/go/bin:/bin",
-		"--change", "ENV HOME=/root",
-		"--change", "ENV GOTOOLCHAIN=local",
-		"--change", "ENV GOPROXY=file:///gomodcache",
-		"--change", "ENV GOSUMDB=off",
-		"-", s.goImage)
-	cmd.Env, cmd.Stdin = s.env, pr
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(string(out), s.goImage) {
+		s.t.Fatalf("deploy/make-go-image.sh did not name %s:\n%s", s.goImage, out)
 	}
-	werr := writeGoRootfs(pw, goroot)
-	pw.CloseWithError(werr)
-	if err := cmd.Wait(); err != nil || werr != nil {
-		t.Fatalf("podman import of the builder image: %v, %v\n%s", werr, err, log.String())
-	}
-}
-
-// sharedLibs returns the absolute paths of the libraries ldd says bin loads,
-// its ELF interpreter included.
-func sharedLibs(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", bin, err)
-	}
-	var libs []string
-	for _, f := range strings.Fields(string(out)) {
-		if strings.HasPrefix(f, "/") {
-			libs = append(libs, f)
-		}
-	}
-	return libs, nil
-}
-
-// writeGoRootfs writes the builder's root file system as a tar stream.
-func writeGoRootfs(w io.Writer, goroot string) error {
-	tw := tar.NewWriter(w)
-	dirs := map[string]bool{}
-	mkdirs := func(p string) error {
-		var parents []string
-		for d := filepath.Dir(p); d != "/" && d != "." && !dirs[d]; d = filepath.Dir(d) {
-			parents = append(parents, d)
-		}
-		for _, d := range slices.Backward(parents) {
-			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	files := map[string]bool{}
-	addFile := func(src, dst string) error {
-		if files[dst] {
-			return nil // a library that two tools load
-		}
-		files[dst] = true
-		f, err := os.Open(src) // follows symlinks: /bin/sh is dash
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if err := mkdirs(dst); err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
-			return err
-		}
-		_, err = io.Copy(tw, f)
-		return err
-	}
-	for _, d := range []struct {
-		name string
-		mode int64
-	}{{"tmp/", 0o1777}, {"root/", 0o700}} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.name, Mode: d.mode}); err != nil {
-			return err
-		}
-	}
-	for _, tool := range []string{"sh", "mkdir"} {
-		bin, err := exec.LookPath(tool)
-		if err != nil {
-			return err
-		}
-		libs, err := sharedLibs(bin)
-		if err != nil {
-			return err
-		}
-		if err := addFile(bin, "/bin/"+tool); err != nil {
-			return err
-		}
-		for _, lib := range libs {
-			if err := addFile(lib, lib); err != nil {
-				return err
-			}
-		}
-	}
-	err := filepath.WalkDir(goroot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(goroot, p)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join("/usr/local/go", rel)
-		switch {
-		case d.IsDir():
-			if err := mkdirs(dst + "/x"); err != nil {
-				return err
-			}
-			return nil
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(dst, "/"), Linkname: target, Mode: 0o777})
-		case d.Type().IsRegular():
-			return addFile(p, dst)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("GOROOT %s: %w", goroot, err)
-	}
-	return tw.Close()
 }
 
 // getWeb GETs a path of the published web port, with basic auth when auth
@@ -510,7 +366,7 @@ var versionLine = regexp.MustCompile(`(?m)^locking-center (\S+)$`)
 func TestComposeOnPodman(t *testing.T) {
 	s := newPodmanStack(t)
 	s.run("go", "mod", "download") // the build reads the module cache, not the network
-	s.importGoImage()
+	s.makeGoImage()
 
 	start := time.Now()
 	s.composeRun("up", "-d", "--build")

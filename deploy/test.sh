@@ -13,8 +13,8 @@
 # fails the run. Exits non-zero when any step fails.
 set -uo pipefail
 cd "$(dirname "$0")"
-# Where deploy/ci-setup.sh unpacks promtool.
-export PATH="$PWD/../.ci/tools/bin:$PATH"
+# Where deploy/ci-setup.sh unpacks promtool and installs podman-compose.
+export PATH="$PWD/../.ci/tools/venv/bin:$PWD/../.ci/tools/bin:$PATH"
 
 passed=0
 failed=0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the package the way a user gets it: `npm pack`, then a fresh project
-# (ES module, TypeScript 5.9, no @types) installs the tarball and
+# (`npm init -y`, then `npm pkg set type=module` as the README says;
+# TypeScript 5.9, no @types) installs the tarball and
 #
 # - finds licence, repository, description and version in its package.json,
 #   and only the files meant to ship in it;
@@ -52,7 +53,9 @@ const blocks = [...text.matchAll(/^```(ts|js)\n([\s\S]*?)^```/gm)];
 let ts = 0, js = 0;
 for (const [, lang, code] of blocks) {
   if (lang === 'ts') fs.writeFileSync(`example${++ts}.ts`, code);
-  else fs.writeFileSync(`example${++js}.mjs`, code);
+  // As the README says: ES modules as .js in a "type": "module" project,
+  // the CommonJS form as a .cjs file.
+  else fs.writeFileSync(`example${++js}.${code.startsWith('// CommonJS') ? 'cjs' : 'js'}`, code);
 }
 if (ts === 0 || js === 0) { console.error('no ts or js example in README.md'); process.exit(1); }
 console.log(`README: ${ts} TypeScript and ${js} JavaScript examples`);
@@ -79,7 +82,7 @@ echo "tsc --strict passed: tsc --init config, minimal ES2022 config, lib ES2022 
 
 if [ -n "${LC_TEST_ADDRESS:-}" ]; then
   export LC_ADDRESS=$LC_TEST_ADDRESS
-  for f in out/example*.js example*.mjs; do
+  for f in out/example*.js example*.js example*.cjs; do
     msg=$(timeout 60 node "$f" 2>&1) || fail "README example $f: $msg"
     echo "README example $f ran: $(tail -n 1 <<<"$msg")"
   done

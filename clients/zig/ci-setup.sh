@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Installs the pinned Zig for clients/zig: PyPI's ziglang package, which
-# carries the official Zig toolchain and runs as `python3 -m ziglang`.
-# Idempotent: nothing is fetched when that version is already installed.
+# carries the official Zig toolchain and runs as `python3 -m ziglang`, into
+# the project's venv .ci/tools/venv (.ci/python-venv), not the machine's
+# Python. Idempotent: nothing is fetched when that version is already there.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
 
 zig_version=0.15.2
-if [ "$(python3 -m ziglang version 2>/dev/null || true)" = "$zig_version" ]; then
-  exit 0
-fi
-python3 -m pip install --quiet --disable-pip-version-check "ziglang==$zig_version"
-python3 -m ziglang version
+"$root/.ci/python-venv" "ziglang==$zig_version"
+"$root/.ci/tools/venv/bin/python" -m ziglang version

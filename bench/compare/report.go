@@ -288,7 +288,7 @@ func (r *report) markdown(chart string) string {
 	p("`floor-session` sends the session protocol's frames through the same driver as `lc-session` to a server that answers `+` at once: the gap between the two is the lock server's.\n\n")
 	if r.has("lc-v1-tls") || r.has("lc-session-tls") {
 		p("`lc-v1-tls` and `lc-session-tls` are the in-memory server started with `TLS_CERT` and `TLS_KEY` (an ECDSA P-256 certificate for 127.0.0.1, signed by a CA the benchmark makes at its start) and the same two drivers inside crypto/tls, Go's defaults on both sides but for the clients trusting that CA alone. ")
-		p("v1 connects for every request and so shakes hands for every request, as a v1 client over TLS must; the clients share one `tls.ClientSessionCache`, as one program's clients would, so a handshake after the first resumes the TLS session of a ticket the server sent (TLS 1.3: a fresh key exchange still, but no certificate sent, signed or checked). ")
+		p("v1 connects for every request and so shakes hands for every request, as a v1 client over TLS must; the clients share one `tls.ClientSessionCache`, as one program's clients would, so a handshake after the first resumes the TLS session of a ticket the server sent (TLS 1.3: a fresh key exchange still, Go's default X25519MLKEM768, but no certificate sent, signed or checked). ")
 		p("The session shakes hands once, when its client connects, which is not timed. They run in A, B, C and D, not in M.\n\n")
 	}
 	p("| system | A p50 µs | A p99 µs | B cycles/s |\n| --- | ---: | ---: | ---: |\n")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,10 +32,12 @@ const (
 var errRefused = errors.New("refused")
 
 // v1Client is a Locking-Center v1 client: each request connects, writes one
-// frame, reads the one-byte answer and closes.
+// frame, reads the one-byte answer and closes. With tls each connection
+// shakes hands first, as a v1 client over TLS must.
 type v1Client struct {
 	addr   string
 	source string
+	tls    *tls.Config // nil: plain TCP
 	dialer net.Dialer
 	frame  []byte // reused frame buffer; a v1Client serves one goroutine
 }
@@ -60,7 +63,7 @@ func (c *v1Client) Unlock(ctx context.Context, key string) error {
 func (c *v1Client) Close() error { return nil }
 
 func (c *v1Client) do(ctx context.Context, action byte, key string, sent func()) error {
-	conn, err := c.dialer.DialContext(ctx, "tcp", c.addr)
+	conn, err := dialLC(ctx, &c.dialer, c.addr, c.tls)
 	if err != nil {
 		return fmt.Errorf("v1 connect: %w", err)
 	}
@@ -99,6 +102,22 @@ func (c *v1Client) do(ctx context.Context, action byte, key string, sent func())
 		return fmt.Errorf("v1 action %d on %q answered %q: %w", action, key, answer[0], errRefused)
 	}
 	return nil
+}
+
+// dialLC connects to addr and, with conf, completes a TLS handshake before
+// it returns, so that a v1 client's wait in the queue (LockSent) starts when
+// its frame can be sent, after the handshake as after the TCP connect.
+func dialLC(ctx context.Context, d *net.Dialer, addr string, conf *tls.Config) (net.Conn, error) {
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || conf == nil {
+		return conn, err
+	}
+	tc := tls.Client(conn, conf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, nil
 }
 
 // awaitEOF waits for the peer to close conn (or for anything else to end
@@ -149,12 +168,12 @@ type session struct {
 	err     error  // why the session ended; set once
 }
 
-// openSession connects to addr and opens a new session with the TTL asked
-// for (0: the server's default). The session lasts until close or the end of
-// ctx.
-func openSession(ctx context.Context, addr, source string, ttlMillis uint32) (*session, error) {
+// openSession connects to addr (over TLS with conf, nil for plain TCP) and
+// opens a new session with the TTL asked for (0: the server's default). The
+// session lasts until close or the end of ctx.
+func openSession(ctx context.Context, addr string, conf *tls.Config, source string, ttlMillis uint32) (*session, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dialLC(ctx, &d, addr, conf)
 	if err != nil {
 		return nil, fmt.Errorf("session connect: %w", err)
 	}

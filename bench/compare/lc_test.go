@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -194,7 +196,7 @@ func TestSessionLockUnlockWithTokens(t *testing.T) {
 	f := &fakeSession{t: t}
 	serveWG(t, l, f.serve)
 	ctx := context.Background()
-	s, err := openSession(ctx, l.Addr().String(), "me", 0)
+	s, err := openSession(ctx, l.Addr().String(), nil, "me", 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -226,7 +228,7 @@ func TestSessionAnswersOutOfOrder(t *testing.T) {
 	f := &fakeSession{t: t}
 	serveWG(t, l, f.serve)
 	ctx := context.Background()
-	s, err := openSession(ctx, l.Addr().String(), "", 0)
+	s, err := openSession(ctx, l.Addr().String(), nil, "", 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -281,7 +283,7 @@ func testSessionShared(t *testing.T, reverse bool) {
 	f := &fakeSession{t: t, reverse: reverse}
 	serveWG(t, l, f.serve)
 	ctx := context.Background()
-	s, err := openSession(ctx, l.Addr().String(), "", 0)
+	s, err := openSession(ctx, l.Addr().String(), nil, "", 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -323,7 +325,7 @@ func TestSessionOpenRefused(t *testing.T) {
 	l := listenTest(t)
 	f := &fakeSession{t: t, refuse: true}
 	serveWG(t, l, f.serve)
-	if _, err := openSession(context.Background(), l.Addr().String(), "", 0); !errors.Is(err, errRefused) {
+	if _, err := openSession(context.Background(), l.Addr().String(), nil, "", 0); !errors.Is(err, errRefused) {
 		t.Errorf("open refused: err %v, want errRefused", err)
 	}
 }
@@ -339,7 +341,7 @@ func TestSessionEndFailsPendingCalls(t *testing.T) {
 		req := make([]byte, 15) // one Lock of a 1-byte key, then hang up
 		_, _ = io.ReadFull(c, req)
 	})
-	s, err := openSession(context.Background(), l.Addr().String(), "", 0)
+	s, err := openSession(context.Background(), l.Addr().String(), nil, "", 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -365,7 +367,7 @@ func TestEchoFloors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := openSession(ctx, ls.Addr().String(), "floor", 0)
+	sess, err := openSession(ctx, ls.Addr().String(), nil, "floor", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,4 +405,112 @@ func TestEchoFloors(t *testing.T) {
 		}
 	}
 	_ = pf.Close()
+}
+
+// listenTLSTest listens on a free loopback port with TLS, the certificate
+// made by makeCerts, and returns the listener and the clients' config.
+func listenTLSTest(t *testing.T) (net.Listener, *tls.Config) {
+	t.Helper()
+	certs, err := makeCerts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(certs.certPath, certs.keyPath)
+	if err != nil {
+		t.Fatalf("the files makeCerts wrote do not load: %v", err)
+	}
+	l := tls.NewListener(listenTest(t), &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	return l, clientTLS(certs.roots)
+}
+
+func TestV1ClientOverTLSResumes(t *testing.T) {
+	l, conf := listenTLSTest(t)
+	type seen struct {
+		frame   string
+		resumed bool
+	}
+	frames := make(chan seen, 4)
+	serveWG(t, l, func(c net.Conn) {
+		tc := c.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			t.Errorf("server handshake: %v", err)
+			return
+		}
+		r := bufio.NewReader(c)
+		hdr := make([]byte, 2)
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			t.Errorf("read frame: %v", err)
+			return
+		}
+		rest := make([]byte, int(hdr[1])+1)
+		_, _ = io.ReadFull(r, rest)
+		src := make([]byte, rest[len(rest)-1])
+		_, _ = io.ReadFull(r, src)
+		frames <- seen{string(hdr) + string(rest) + string(src), tc.ConnectionState().DidResume}
+		_, _ = c.Write([]byte{'+'})
+	})
+	c := &v1Client{addr: l.Addr().String(), tls: conf, source: "src"}
+	ctx := context.Background()
+	for i := range 2 {
+		if err := c.Lock(ctx, "k1"); err != nil {
+			t.Fatalf("Lock %d: %v", i, err)
+		}
+		if got, want := <-frames, "\x01\x02k1\x03src"; got.frame != want {
+			t.Errorf("Lock frame %q, want %q", got.frame, want)
+		}
+		if err := c.Unlock(ctx, "k1"); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+		got := <-frames
+		if want := "\x02\x02k1\x03src"; got.frame != want {
+			t.Errorf("Unlock frame %q, want %q", got.frame, want)
+		}
+		// The first Lock shook hands in full and got a ticket; every
+		// connection after it resumes from the shared cache.
+		if !got.resumed {
+			t.Errorf("cycle %d: the Unlock's connection did not resume the TLS session", i)
+		}
+	}
+}
+
+func TestSessionOverTLS(t *testing.T) {
+	l, conf := listenTLSTest(t)
+	f := &fakeSession{t: t}
+	serveWG(t, l, f.serve)
+	ctx := context.Background()
+	c, err := sessionConnect(l.Addr().String(), conf)(ctx, 1)
+	if err != nil {
+		t.Fatalf("open over TLS: %v", err)
+	}
+	for i := range 3 {
+		key := "k" + strconv.Itoa(i)
+		if err := c.Lock(ctx, key); err != nil {
+			t.Fatalf("Lock %s: %v", key, err)
+		}
+		if err := c.Unlock(ctx, key); err != nil {
+			t.Fatalf("Unlock %s: %v", key, err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unlocks != 3 {
+		t.Errorf("server saw %d Unlocks with their grant's token, want 3", f.unlocks)
+	}
+}
+
+func TestTLSClientRefusesAnotherCA(t *testing.T) {
+	l, _ := listenTLSTest(t)
+	serveWG(t, l, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
+	other, err := makeCerts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &v1Client{addr: l.Addr().String(), tls: clientTLS(other.roots), source: "src"}
+	var unknown x509.UnknownAuthorityError
+	if err := c.Lock(context.Background(), "k"); !errors.As(err, &unknown) {
+		t.Errorf("Lock against a server of another CA: err %v, want x509.UnknownAuthorityError", err)
+	}
 }

@@ -135,6 +135,13 @@ type cell struct {
 	system   string
 }
 
+// inD reports whether workload D runs on s: the durable systems, PostgreSQL
+// (its advisory locks are its usual lock), and the in-memory session, plain
+// and over TLS, as the reference.
+func inD(s *system) bool {
+	return s.durable || s.name == "postgres" || s.name == "lc-session" || s.name == "lc-session-tls"
+}
+
 // plan lists the cells of one round in order: every workload, and within it
 // every system it applies to, starting from a system that moves on by one
 // each round.
@@ -168,9 +175,6 @@ func plan(workloads []string, systems []*system, round int) []cell {
 				cells = append(cells, cell{w, nC, s.name})
 			}
 		case wD:
-			// The durable systems, PostgreSQL (its advisory locks are its
-			// usual lock), and the in-memory session as the reference.
-			inD := func(s *system) bool { return s.durable || s.name == "postgres" || s.name == "lc-session" }
 			for _, n := range dLockers {
 				for _, s := range rotated(inD) {
 					cells = append(cells, cell{w, n, s.name})

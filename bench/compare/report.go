@@ -131,6 +131,11 @@ func newReport(cfg config, m machine, srv *servers, systems []*system, results m
 	return r
 }
 
+// has reports whether the system named is one of the report's.
+func (r *report) has(name string) bool {
+	return slices.ContainsFunc(r.systems, func(s *system) bool { return s.name == name })
+}
+
 // get returns a cell's summary and whether it was measured without error.
 func (r *report) get(workload string, lockers int, system string) (summary, bool) {
 	s, ok := r.sums[cell{workload, lockers, system}]
@@ -235,6 +240,11 @@ func (r *report) headlines() []headline {
 	dw, okDW := r.get(wD, 64, "lc-session-wal")
 	dm, okDM := r.get(wD, 64, "lc-session")
 	ratio("D 64 lockers: session with DATA_PATH ÷ session in memory", "≥ 0.8", dw.Rate, dm.Rate, okDW, okDM, func(x float64) bool { return x >= 0.8 })
+	tb, okTB := r.get(wB, nB, "lc-session-tls")
+	ratio("session over TLS ÷ session (B cycles/s)", "–", tb.Rate, sb.Rate, okTB, okSB, func(float64) bool { return true })
+	ta, okTA := r.get(wA, 1, "lc-v1-tls")
+	va, okVA := r.get(wA, 1, "lc-v1")
+	ratio("v1 over TLS ÷ v1 (A p50)", "–", ta.P50Micros, va.P50Micros, okTA, okVA, func(float64) bool { return true })
 	return hs
 }
 
@@ -276,6 +286,11 @@ func (r *report) markdown(chart string) string {
 	p("B: %d clients at once, each on keys of its own; cycles per second. ", nB)
 	p("A floor's cycle is two exchanges, as a Lock and an Unlock are two requests. ")
 	p("`floor-session` sends the session protocol's frames through the same driver as `lc-session` to a server that answers `+` at once: the gap between the two is the lock server's.\n\n")
+	if r.has("lc-v1-tls") || r.has("lc-session-tls") {
+		p("`lc-v1-tls` and `lc-session-tls` are the in-memory server started with `TLS_CERT` and `TLS_KEY` (an ECDSA P-256 certificate for 127.0.0.1, signed by a CA the benchmark makes at its start) and the same two drivers inside crypto/tls, Go's defaults on both sides but for the clients trusting that CA alone. ")
+		p("v1 connects for every request and so shakes hands for every request, as a v1 client over TLS must; the clients share one `tls.ClientSessionCache`, as one program's clients would, so a handshake after the first resumes the TLS session of a ticket the server sent (TLS 1.3: a fresh key exchange still, Go's default X25519MLKEM768, but no certificate sent, signed or checked). ")
+		p("The session shakes hands once, when its client connects, which is not timed. They run in A, B, C and D, not in M.\n\n")
+	}
 	p("| system | A p50 µs | A p99 µs | B cycles/s |\n| --- | ---: | ---: | ---: |\n")
 	for _, s := range r.systems {
 		a, okA := r.get(wA, 1, s.name)
@@ -311,10 +326,10 @@ func (r *report) markdown(chart string) string {
 	p("Acquisitions (Lock+Unlock cycles) per second. Locking-Center with `DATA_PATH` fsyncs every grant and every release before answering; ")
 	p("etcd commits every write to its raft log on disk. PostgreSQL is here because its advisory locks are the lock people reach for in it, ")
 	p("but they live in its shared memory and are not written to its WAL: they do not survive a restart. ")
-	p("The in-memory session is the reference for the durable one.\n\n")
+	p("The in-memory session (and, when measured, the in-memory session over TLS) is the reference for the durable one.\n\n")
 	p("| system | 1 | 16 | 64 |\n| --- | ---: | ---: | ---: |\n")
 	for _, s := range r.systems {
-		if !(s.durable || s.name == "postgres" || s.name == "lc-session") {
+		if !inD(s) {
 			continue
 		}
 		p("| %s |", s.name)
@@ -419,6 +434,8 @@ var (
 	colFloor   = color.RGBA{150, 150, 150, 255}
 	colV1      = color.RGBA{120, 170, 220, 255}
 	colSession = color.RGBA{20, 80, 160, 255}
+	colV1TLS   = color.RGBA{110, 195, 190, 255}
+	colSessTLS = color.RGBA{20, 125, 120, 255}
 	colRedis   = color.RGBA{200, 60, 50, 255}
 	colEtcd    = color.RGBA{60, 150, 80, 255}
 	colPg      = color.RGBA{130, 80, 160, 255}
@@ -428,6 +445,10 @@ func colourOf(name string) color.Color {
 	switch {
 	case strings.HasPrefix(name, "floor"):
 		return colFloor
+	case name == "lc-session-tls":
+		return colSessTLS
+	case name == "lc-v1-tls":
+		return colV1TLS
 	case strings.HasPrefix(name, "lc-session"):
 		return colSession
 	case strings.HasPrefix(name, "lc-v1"):
@@ -579,7 +600,7 @@ func (r *report) chart(path string) error {
 		{fmt.Sprintf("B: %d clients, own keys", nB), "cycles/s", bb, false},
 		{fmt.Sprintf("C: %d clients, one key, hold %v", nC, r.cfg.hold), "acquisitions/s", c, false},
 		{"C: handover p99 (lower is better)", "µs", ch, true},
-		{"D: 64 lockers, durable (in-memory session for reference)", "acquisitions/s", d, false},
+		{"D: 64 lockers, durable (in-memory sessions for reference)", "acquisitions/s", d, false},
 		{fmt.Sprintf("M: %d lockers on one connection vs B's %d", nB, nB), "cycles/s", m, false},
 	}
 	plots := [][]*plot.Plot{make([]*plot.Plot, 3), make([]*plot.Plot, 3)}

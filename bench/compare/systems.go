@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,7 +43,7 @@ type system struct {
 // The systems, in the order of the table.
 var systemNames = []string{
 	"floor-connect", "floor-persistent", "floor-session",
-	"lc-v1", "lc-session", "lc-v1-wal", "lc-session-wal",
+	"lc-v1", "lc-session", "lc-v1-tls", "lc-session-tls", "lc-v1-wal", "lc-session-wal",
 	"redis", "etcd", "postgres",
 }
 
@@ -76,8 +77,8 @@ func startServers(ctx context.Context, s *servers, repo string, chosen map[strin
 			return err
 		}
 	}
-	if want("lc-v1", "lc-session", "lc-v1-wal", "lc-session-wal") {
-		if err := s.startLC(ctx, repo, want("lc-v1", "lc-session"), want("lc-v1-wal", "lc-session-wal")); err != nil {
+	if want("lc-v1", "lc-session", "lc-v1-tls", "lc-session-tls", "lc-v1-wal", "lc-session-wal") {
+		if err := s.startLC(ctx, repo, want("lc-v1", "lc-session"), want("lc-v1-wal", "lc-session-wal"), want("lc-v1-tls", "lc-session-tls")); err != nil {
 			return err
 		}
 	}
@@ -156,7 +157,7 @@ func (s *servers) startEcho(ctx context.Context) error {
 	s.systems["floor-session"] = &system{
 		name: "floor-session", floor: true, shared: true,
 		what:    "the session protocol's frames answered `+` at once by a trivial server, through bench-compare's session driver: what the driver and the framing cost, without a lock table",
-		connect: sessionConnect(sessionAddr),
+		connect: sessionConnect(sessionAddr, nil),
 	}
 	s.systems["floor-persistent"] = &system{
 		name: "floor-persistent", floor: true,
@@ -168,9 +169,19 @@ func (s *servers) startEcho(ctx context.Context) error {
 	return nil
 }
 
-// startLC builds Locking-Center and starts it in memory (mem), with
-// DATA_PATH (wal), or both: two processes.
-func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error {
+// lcMode is one Locking-Center process of the benchmark and the two systems
+// (v1 and session) that talk to it.
+type lcMode struct {
+	suffix  string // of the systems' names: "", "-wal", "-tls"
+	wal     bool   // with DATA_PATH
+	tls     bool   // with TLS_CERT and TLS_KEY
+	where   string // for the README
+	durable bool
+}
+
+// startLC builds Locking-Center and starts one process per chosen mode: in
+// memory (mem), with DATA_PATH (wal), in memory over TLS (withTLS).
+func (s *servers) startLC(ctx context.Context, repo string, mem, wal, withTLS bool) error {
 	bin := filepath.Join(s.tmp, "locking-center")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
 	build.Dir = repo
@@ -178,73 +189,107 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal bool) error
 		return fmt.Errorf("build Locking-Center in %s: %w\n%s", repo, err, out)
 	}
 	s.versions["locking-center"] = versionOf(bin, "version") + " (built from this repository with go build .)"
-	var modes []bool
+	var modes []lcMode
 	if mem {
-		modes = append(modes, false)
+		modes = append(modes, lcMode{where: "in memory"})
+	}
+	if withTLS {
+		modes = append(modes, lcMode{suffix: "-tls", tls: true,
+			where: "in memory, over TLS (TLS_CERT and TLS_KEY: a P-256 certificate of a CA the benchmark makes at its start; the clients trust that CA and share one tls.ClientSessionCache)"})
 	}
 	if wal {
-		modes = append(modes, true)
+		modes = append(modes, lcMode{suffix: "-wal", wal: true, durable: true,
+			where: "with DATA_PATH (every grant and release fsynced, group commit)"})
 	}
-	for _, wal := range modes {
-		port, err := freePort()
-		if err != nil {
+	for _, m := range modes {
+		if err := s.startLCMode(ctx, bin, m); err != nil {
 			return err
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		name := "locking-center"
-		env := []string{"BIND_ADDRESS=" + addr, "WEB_ADDRESS=off"}
-		if wal {
-			name = "locking-center-wal"
-			if err := os.MkdirAll(filepath.Join(s.tmp, "lc-wal"), 0o755); err != nil {
-				return fmt.Errorf("DATA_PATH folder: %w", err)
-			}
-			env = append(env, "DATA_PATH="+filepath.Join(s.tmp, "lc-wal", "locks.wal"))
-		} else {
-			env = append(env, "DATA_PATH=")
-		}
-		p, err := s.start(name, syscall.SIGTERM, nil, env, bin)
-		if err != nil {
-			return err
-		}
-		if err := waitReady(ctx, p, dialReady(addr)); err != nil {
-			return err
-		}
-		suffix, durable := "", false
-		where := "in memory"
-		if wal {
-			suffix, durable, where = "-wal", true, "with DATA_PATH (every grant and release fsynced, group commit)"
-		}
-		s.systems["lc-v1"+suffix] = &system{
-			name: "lc-v1" + suffix, durable: durable,
-			what: "Locking-Center v1, one TCP connection per request, " + where,
-			connect: func(_ context.Context, id int) (client, error) {
-				return &v1Client{addr: addr, source: "bench-" + strconv.Itoa(id)}, nil
-			},
-		}
-		// Sessions are measured only where the server speaks them.
-		probe, err := openSession(ctx, addr, "bench-probe", 0)
-		if err == nil {
-			err = probe.close()
-		}
-		if err != nil {
-			s.skipped["lc-session"+suffix] = fmt.Sprintf("the server does not open a session: %v", err)
-			slog.Warn("sessions not measured", "system", "lc-session"+suffix, "err", err)
-			continue
-		}
-		s.systems["lc-session"+suffix] = &system{
-			name: "lc-session" + suffix, durable: durable, shared: true,
-			what:    "Locking-Center session (action 16), one persistent connection per client, " + where,
-			connect: sessionConnect(addr),
 		}
 	}
 	return nil
 }
 
-// sessionConnect connects a client with a session of its own to addr. Its
-// TTL of 60 s outlasts any run: the benchmark sends no Ping.
-func sessionConnect(addr string) func(context.Context, int) (client, error) {
+func (s *servers) startLCMode(ctx context.Context, bin string, m lcMode) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	name := "locking-center" + m.suffix
+	dataPath := "" // in memory
+	if m.wal {
+		if err := os.MkdirAll(filepath.Join(s.tmp, "lc-wal"), 0o755); err != nil {
+			return fmt.Errorf("DATA_PATH folder: %w", err)
+		}
+		dataPath = filepath.Join(s.tmp, "lc-wal", "locks.wal")
+	}
+	env := []string{"BIND_ADDRESS=" + addr, "WEB_ADDRESS=off", "DATA_PATH=" + dataPath}
+	var conf *tls.Config // nil: plain TCP
+	if m.tls {
+		dir := filepath.Join(s.tmp, "lc-tls")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("TLS folder: %w", err)
+		}
+		certs, err := makeCerts(dir)
+		if err != nil {
+			return fmt.Errorf("TLS certificates: %w", err)
+		}
+		env = append(env, "TLS_CERT="+certs.certPath, "TLS_KEY="+certs.keyPath)
+		conf = clientTLS(certs.roots)
+	}
+	p, err := s.start(name, syscall.SIGTERM, nil, env, bin)
+	if err != nil {
+		return err
+	}
+	// A TCP connect succeeds on a TLS port too: the probe below is what
+	// shows that the server speaks TLS.
+	if err := waitReady(ctx, p, dialReady(addr)); err != nil {
+		return err
+	}
+	kind := "one TCP connection per request"
+	if m.tls {
+		kind = "one TCP connection and so one TLS handshake per request (resumed from the shared session cache once the server has sent a ticket)"
+	}
+	s.systems["lc-v1"+m.suffix] = &system{
+		name: "lc-v1" + m.suffix, durable: m.durable,
+		what: "Locking-Center v1, " + kind + ", " + m.where,
+		connect: func(_ context.Context, id int) (client, error) {
+			return &v1Client{addr: addr, tls: conf, source: "bench-" + strconv.Itoa(id)}, nil
+		},
+	}
+	// Sessions are measured only where the server speaks them.
+	probe, err := openSession(ctx, addr, conf, "bench-probe", 0)
+	if err == nil {
+		err = probe.close()
+	}
+	if err != nil {
+		if m.tls {
+			// Over TLS the probe fails as well when the server does not speak
+			// TLS: then v1 would fail too.
+			return fmt.Errorf("%s: a session over TLS: %w", name, err)
+		}
+		s.skipped["lc-session"+m.suffix] = fmt.Sprintf("the server does not open a session: %v", err)
+		slog.Warn("sessions not measured", "system", "lc-session"+m.suffix, "err", err)
+		return nil
+	}
+	kind = "one persistent connection per client"
+	if m.tls {
+		kind = "one persistent TLS connection per client (one handshake, when the client connects)"
+	}
+	s.systems["lc-session"+m.suffix] = &system{
+		name: "lc-session" + m.suffix, durable: m.durable, shared: !m.tls,
+		what:    "Locking-Center session (action 16), " + kind + ", " + m.where,
+		connect: sessionConnect(addr, conf),
+	}
+	return nil
+}
+
+// sessionConnect connects a client with a session of its own to addr (over
+// TLS with conf). Its TTL of 60 s outlasts any run: the benchmark sends no
+// Ping.
+func sessionConnect(addr string, conf *tls.Config) func(context.Context, int) (client, error) {
 	return func(ctx context.Context, id int) (client, error) {
-		sess, err := openSession(ctx, addr, "bench-"+strconv.Itoa(id), 60_000)
+		sess, err := openSession(ctx, addr, conf, "bench-"+strconv.Itoa(id), 60_000)
 		if err != nil {
 			return nil, err
 		}

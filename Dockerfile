@@ -4,9 +4,11 @@
 #
 # The builder is pinned to a Go patch release, no older than go.mod's go line,
 # so that every build of a given commit compiles with the same toolchain.
-# GO_IMAGE names another image with that Go (at /usr/local/go/bin, a shell and
-# mkdir) for machines that cannot pull from a registry; deploy's compose test
-# passes one made from the local Go toolchain.
+# The name is fully qualified, as podman resolves no short names on Debian.
+# Where no registry is in reach, deploy/make-go-image.sh makes an image of
+# this name from the local Go toolchain, and the build finds it locally;
+# GO_IMAGE may also name another image with that Go (at /usr/local/go/bin, a
+# shell and mkdir).
 ARG GO_IMAGE=docker.io/library/golang:1.26.8
 FROM ${GO_IMAGE} AS build
 WORKDIR /src

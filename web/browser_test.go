@@ -20,6 +20,7 @@ import (
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/metrics"
+	"github.com/locking-center/locking-center/web/keypath"
 	"github.com/locking-center/locking-center/wire"
 )
 
@@ -238,8 +239,37 @@ func TestDashboardInBrowser(t *testing.T) {
 	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
 		saveScreenshot(t, "dashboard-420px.png", shot)
 	}
-	if err := chromedp.Do(browser, chromedp.EmulateViewport(1360, 820)); err != nil {
-		t.Fatalf("wide viewport: %v", err)
+	// Every page stays reachable and usable at that width: each link of the
+	// navigation and each button asked for lies inside the viewport, and the
+	// page does not scroll sideways.
+	for _, p := range []struct{ path, buttons string }{
+		{"/", "tr[data-key] [data-testid=reset-key], tr[data-key] [data-testid=reset-source]"},
+		{"/sessions", "[data-testid=end-session]"},
+		{"/keys/" + keypath.Encode(key), "[data-testid=reset-key]"},
+	} {
+		if err := chromedp.Do(browser,
+			chromedp.Navigate(s.web+p.path),
+			chromedp.WaitVisible(chromedp.CSS(p.buttons)),
+		); err != nil {
+			t.Fatalf("at 420 px, open %s: %v", p.path, err)
+		}
+		off, err := chromedp.Run(browser, chromedp.Evaluate[[]string](narrowCheck(p.buttons)))
+		if err != nil {
+			t.Fatalf("at 420 px, %s: %v", p.path, err)
+		}
+		if len(off) > 0 {
+			t.Errorf("at 420 px, %s: %s", p.path, strings.Join(off, "; "))
+		}
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "sessions-420px.png", shot)
+	}
+	if err := chromedp.Do(browser,
+		chromedp.EmulateViewport(1360, 820),
+		chromedp.Navigate(s.web+"/"),
+		chromedp.WaitVisible(row),
+	); err != nil {
+		t.Fatalf("wide viewport, back on the dashboard: %v", err)
 	}
 
 	// The key's page lists the waiter; its Reset button starts the reset.
@@ -336,4 +366,33 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 		}
 		t.Logf("screenshot: %s", p)
 	}
+}
+
+// narrowCheck is a script that lists what a narrow screen would hide: a
+// navigation link or a button (selected by buttons) that is not displayed
+// or lies partly outside the viewport, and a page wider than the viewport.
+// It returns an empty list when all is in view.
+func narrowCheck(buttons string) string {
+	return fmt.Sprintf(`(() => {
+	const off = [];
+	const w = window.innerWidth;
+	if (document.documentElement.scrollWidth > w) {
+		off.push("the page is " + document.documentElement.scrollWidth + " px wide, the viewport " + w);
+	}
+	const inView = (el, what) => {
+		const r = el.getBoundingClientRect();
+		if (r.width === 0 || r.height === 0 || getComputedStyle(el).visibility === "hidden") {
+			off.push(what + " is not displayed");
+		} else if (r.left < 0 || r.right > w) {
+			off.push(what + " spans x " + Math.round(r.left) + ".." + Math.round(r.right) + " outside 0.." + w);
+		}
+	};
+	const nav = document.querySelectorAll(".topnav a");
+	if (nav.length < 4) off.push("the navigation has " + nav.length + " links, want 4");
+	nav.forEach(a => inView(a, "navigation link " + JSON.stringify(a.textContent)));
+	const bs = document.querySelectorAll(%q);
+	if (bs.length === 0) off.push("no button matches " + %[1]q);
+	bs.forEach(b => inView(b, "button " + JSON.stringify(b.textContent)));
+	return off;
+})()`, buttons)
 }

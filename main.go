@@ -81,6 +81,17 @@ Environment:
   WEB_MAX_CONNECTIONS_PER_PEER  per IP address; -1 = no bound (default a quarter)
   TLS_CERT, TLS_KEY  PEM files: both ports speak TLS only (reloaded on SIGHUP and on change)
   TLS_CLIENT_CA    PEM bundle: lock-port clients must show a certificate it signed
+
+Cluster (docs/cluster.md; without CLUSTER_PEERS the server is a single node):
+  CLUSTER_PEERS    id=host:port,... the first voters (the same on every node)
+  CLUSTER_TOKEN    16-127 bytes every cluster-port connection proves it knows
+  RAFT_DIR         raft's log, vote and snapshots (required in a cluster)
+  NODE_ID          this node's id                        (default the host name)
+  RAFT_ADDRESS     the cluster port                      (default :22121)
+  RAFT_ADVERTISE   the address the other nodes dial      (default this node's CLUSTER_PEERS address)
+  RAFT_HEARTBEAT_TIMEOUT  100ms..10s                     (default 500ms)
+  RAFT_SNAPSHOT_THRESHOLD entries between snapshots      (default 8192)
+  LEADER_WAIT      how long a connection waits for a leader (default 5s)
 `
 
 // ready is told the listeners' addresses once both listen; tests use it.
@@ -92,6 +103,9 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	cfg, err := configFromEnv(getenv)
 	if err != nil {
 		return err
+	}
+	if cfg.Cluster != nil {
+		return runCluster(ctx, cfg, logger, onReady)
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
@@ -407,6 +421,9 @@ type config struct {
 	// TLS files: both set or neither ("" keeps both ports plain);
 	// TLSClientCA only with them.
 	TLSCert, TLSKey, TLSClientCA string
+	// Cluster is set with CLUSTER_PEERS: this server is one node of a
+	// cluster (main_cluster.go). nil: the single-node server.
+	Cluster *clusterConfig
 }
 
 // configFromEnv reads the configuration; every error names its variable.
@@ -500,6 +517,9 @@ func configFromEnv(getenv func(string) string) (config, error) {
 			return c, fmt.Errorf("MAX_CONNECTIONS_PER_PEER=%q: want a whole number of at least 1, or -1 for no per-address bound", v)
 		}
 		c.MaxConnectionsPerPeer = max(n, 0) // -1: no bound, wire's 0
+	}
+	if c.Cluster, err = clusterFromEnv(getenv, c); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// OnLeadership is called with every change of this node's leadership,
 	// in order, from one goroutine (see Leadership). It may be nil.
 	OnLeadership func(Leadership)
+	// OnForward receives every client connection a follower forwarded to
+	// this node over the cluster port, authenticated, with the client's
+	// own address from its preamble. It must return quickly (hand the
+	// connection to a goroutine of its own); nil refuses them.
+	OnForward func(c net.Conn, remote string)
 }
 
 // Peer is one voter of CLUSTER_PEERS.

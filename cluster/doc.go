@@ -35,8 +35,17 @@
 // as an import entry. Decode checks every length and count against the
 // bytes left before it allocates.
 //
-// Not here: the engine on the leader, forwarding connections from
-// followers, answers that change nothing (VerifyLeader), TTL restarts at
-// takeover, membership changes, TLS, the web and metrics. The server wires
-// those on top of Node, FSM and Journal.
+// Frontend (frontend.go) serves the client port on top of them: the
+// leader's engine, a locker.Table restored from the FSM after the takeover
+// barrier (tokens from the FSM's highest, holds with their tokens, every
+// session with its TTL restarted), served by a wire.Server of its own that
+// is shut down, with every connection it serves, when the leadership ends
+// or a proposal fails while still leading (then rebuilt); forwarding of a
+// follower's connections to the leader over the cluster port, after the
+// handshake, with the client's address in a preamble; and VerifyLeader
+// rounds, shared, before answers that change nothing.
+//
+// Not here yet: membership changes (CLUSTER_JOIN), migration from a single
+// node's log, TLS on the cluster port, follower reads on the web port, the
+// cluster's metrics.
 package cluster

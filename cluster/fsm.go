@@ -28,7 +28,8 @@ var (
 	// ErrOutcomeUnknown: the entry may commit later, or may not (leadership
 	// lost while committing, shutdown). The caller must not answer that
 	// nothing changed: it closes the connection instead.
-	ErrOutcomeUnknown = errors.New("cluster: outcome not known")
+	// It wraps locker.ErrOutcomeUnknown, which the wire layer checks.
+	ErrOutcomeUnknown = fmt.Errorf("cluster: %w", locker.ErrOutcomeUnknown)
 )
 
 // FSM is the cluster's state machine (a raft.FSM): a locker.State to which

@@ -54,6 +54,7 @@ type Node struct {
 	done   chan struct{} // closed by Close: the watcher ends
 	wg     sync.WaitGroup
 	once   sync.Once
+	verify verifier
 }
 
 // nodeIDFile keeps the id a RAFT_DIR was first started with.
@@ -85,6 +86,7 @@ func Start(c Config) (*Node, error) {
 		return nil, fmt.Errorf("RAFT_DIR %s: open raft.db: %w", cfg.RaftDir, err)
 	}
 	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{})}
+	n.verify.node = n
 	if err := n.start(peers); err != nil {
 		if n.trans != nil {
 			n.trans.Close()
@@ -107,7 +109,7 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: snapshots: %w", cfg.RaftDir, err)
 	}
-	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger)
+	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward)
 	if err != nil {
 		return err
 	}

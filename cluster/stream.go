@@ -31,6 +31,16 @@ const (
 	macSize    = sha256.Size
 )
 
+// After the handshake the dialer sends one purpose byte: what the
+// connection is for. A forwarded client connection then sends a preamble,
+// the client's own address ([size:2][address]), and the client's bytes
+// follow both ways.
+const (
+	purposeRaft    = 'R'
+	purposeForward = 'F'
+	maxPreamble    = 512
+)
+
 // ErrAuth is wrapped by a handshake that fails because the other side does
 // not know the token (or speaks something else).
 var ErrAuth = errors.New("cluster: peer failed the CLUSTER_TOKEN handshake")
@@ -47,6 +57,10 @@ type streamLayer struct {
 	token     []byte
 	log       *slog.Logger
 	refusals  *rateLog
+	// forward receives every authenticated forwarded client connection
+	// with the address it claims; nil refuses them. It must return
+	// quickly: it is called in the handshake's goroutine.
+	forward func(c net.Conn, remote string)
 
 	conns chan net.Conn // authenticated connections for Accept
 	done  chan struct{} // closed by Close: the accept loop and handshakes end
@@ -93,13 +107,13 @@ func (s *streamLayer) untrack(c net.Conn) {
 
 // newStreamLayer listens on address; advertise is the address other nodes
 // dial (what raft names this node by).
-func newStreamLayer(address, advertise string, token []byte, log *slog.Logger) (*streamLayer, error) {
+func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string)) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_ADDRESS %q: %w", address, err)
 	}
 	s := &streamLayer{
-		ln: ln, advertise: addr(advertise), token: token, log: log,
+		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
 	}
@@ -136,6 +150,20 @@ func (s *streamLayer) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			err := acceptHandshake(c, s.token)
+			var purpose byte
+			var remote string
+			if err == nil {
+				purpose, remote, err = readPurpose(c)
+			}
+			if err == nil && purpose == purposeForward {
+				s.untrack(c)
+				if s.forward == nil {
+					c.Close()
+					return
+				}
+				s.forward(c, remote)
+				return
+			}
 			if err != nil {
 				s.untrack(c)
 				select {
@@ -203,7 +231,63 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		c.Close()
 		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
 	}
+	if _, err := c.Write([]byte{purposeRaft}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
+	}
 	return c, nil
+}
+
+// dialForward connects to address, authenticates both ways and sends the
+// preamble of a forwarded client connection from remote.
+func dialForward(address string, token []byte, remote string, timeout time.Duration) (net.Conn, error) {
+	if len(remote) > maxPreamble {
+		return nil, fmt.Errorf("cluster: forward: client address of %d bytes", len(remote))
+	}
+	c, err := net.DialTimeout("tcp", address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := dialHandshake(c, token); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: forward to %s: %w", address, err)
+	}
+	b := append([]byte{purposeForward, byte(len(remote) >> 8), byte(len(remote))}, remote...)
+	if _, err := c.Write(b); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: forward to %s: %w", address, err)
+	}
+	return c, nil
+}
+
+// readPurpose reads the purpose byte and, for a forwarded connection, the
+// client's address, within the handshake's time.
+func readPurpose(c net.Conn) (byte, string, error) {
+	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	var p [3]byte
+	if _, err := io.ReadFull(c, p[:1]); err != nil {
+		return 0, "", fmt.Errorf("read purpose: %w", err)
+	}
+	switch p[0] {
+	case purposeRaft:
+		return p[0], "", nil
+	case purposeForward:
+	default:
+		return 0, "", fmt.Errorf("unknown purpose %#x", p[0])
+	}
+	if _, err := io.ReadFull(c, p[1:3]); err != nil {
+		return 0, "", fmt.Errorf("read preamble: %w", err)
+	}
+	n := int(p[1])<<8 | int(p[2])
+	if n == 0 || n > maxPreamble {
+		return 0, "", fmt.Errorf("preamble of %d bytes", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return 0, "", fmt.Errorf("read preamble: %w", err)
+	}
+	return p[0], string(b), nil
 }
 
 func mac(token []byte, label string, a, b []byte) []byte {

@@ -38,6 +38,11 @@ var (
 	// ErrJournal wraps every refusal of the Journal, so that callers can tell
 	// "not durable" apart from the other outcomes.
 	ErrJournal = errors.New("journal refused")
+	// ErrOutcomeUnknown is wrapped by a journal's error when the batch may
+	// still take effect later (a replicated journal that lost its
+	// leadership while committing): the caller must not answer that
+	// nothing changed, and closes the connection instead.
+	ErrOutcomeUnknown = errors.New("outcome not known")
 )
 
 // Holder says who asked for a key.
@@ -90,6 +95,20 @@ type Change struct {
 // journal in the order they take effect. The slice is not retained.
 type Journal interface {
 	Commit(batch []Change) error
+}
+
+// SessionJournal is a Journal that also records sessions: their open,
+// resume and end (a cluster's journal, where a session lives on the next
+// leader). A Table whose Journal implements it records each open and
+// resume before answering it, and a session's end (its releases included)
+// through EndSession instead of Commit, even when the session holds
+// nothing. A single node's journal does not implement it: its log records
+// no opens.
+type SessionJournal interface {
+	Journal
+	OpenSession(id SessionID, source, remote string, ttl time.Duration) error
+	ResumeSession(id SessionID, remote string) error
+	EndSession(id SessionID, batch []Change) error
 }
 
 type noJournal struct{}
@@ -781,7 +800,17 @@ func (t *Table) ResetBySource(source string) (ResetResult, error) {
 // batch changes no grant; the waiters pick refused stay refused. The
 // outcomes go to ns, for the caller to send once it holds no lock.
 func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, freed int), res *ResetResult, ns *notices) error {
+	return t.releaseManyWith(keys, pick, res, ns, nil)
+}
+
+// releaseManyWith is releaseMany with the batch recorded by commit instead
+// of the journal's Commit; commit, when set, is called even for an empty
+// batch (a session's end is recorded whether it holds keys or not).
+func (t *Table) releaseManyWith(keys []string, pick func(*entry) (release bool, freed int), res *ResetResult, ns *notices, commit func([]Change) error) error {
 	if len(keys) == 0 {
+		if commit != nil {
+			return commit(nil)
+		}
 		return nil
 	}
 	slices.Sort(keys)
@@ -813,7 +842,10 @@ func (t *Table) releaseMany(keys []string, pick func(*entry) (release bool, free
 		at = append(at, i)
 	}
 	var err error
-	if len(batch) > 0 {
+	switch {
+	case commit != nil:
+		err = commit(batch)
+	case len(batch) > 0:
 		err = t.journal.Commit(batch)
 	}
 	if err == nil {

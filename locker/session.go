@@ -194,7 +194,38 @@ func (t *Table) OpenSession(source, remote string, ttl time.Duration, closer fun
 	l := &Link{s: s, remote: remote, closer: closer}
 	s.link = l
 	st.add(s)
+	sj := t.sessionJournal()
+	if sj == nil {
+		return l, nil
+	}
+	// Recorded outside the table's lock, which every other open and
+	// resume takes: the id is reserved meanwhile, and nobody knows it.
+	st.mu.Unlock()
+	err := sj.OpenSession(id, source, remote, ttl)
+	st.mu.Lock()
+	if err != nil {
+		s.mu.Lock()
+		s.ended, s.link = true, nil
+		s.mu.Unlock()
+		if st.m[id] == s {
+			delete(st.m, id)
+			if st.byPeer[s.peer]--; st.byPeer[s.peer] <= 0 {
+				delete(st.byPeer, s.peer)
+			}
+		}
+		return nil, fmt.Errorf("%w: open session: %w", ErrJournal, err)
+	}
+	s.last.Store(t.now().UnixNano()) // the TTL counts from the answer's commit
 	return l, nil
+}
+
+// sessionJournal returns the table's journal if it records sessions, or nil.
+func (t *Table) sessionJournal() SessionJournal {
+	if !t.durable {
+		return nil
+	}
+	sj, _ := t.journal.(SessionJournal)
+	return sj
 }
 
 // ResumeSession takes the session id back for a new connection: its holds
@@ -210,6 +241,11 @@ func (t *Table) ResumeSession(id SessionID, remote string, closer func()) (*Link
 	if s.expiredAt(t.now()) {
 		t.expire(s)
 		return nil, fmt.Errorf("resume %s: %w", id, ErrUnknownSession)
+	}
+	if sj := t.sessionJournal(); sj != nil {
+		if err := sj.ResumeSession(id, remote); err != nil {
+			return nil, fmt.Errorf("%w: resume session %s: %w", ErrJournal, id, err)
+		}
 	}
 	l := &Link{s: s, remote: remote, closer: closer}
 	s.mu.Lock()
@@ -409,10 +445,14 @@ func (t *Table) end(s *session, closeConn bool) (ResetResult, error) {
 	t.sessions.remove(s)
 
 	res.Refused = t.withdraw(ws, ErrSessionEnded)
+	var commit func([]Change) error
+	if sj := t.sessionJournal(); sj != nil {
+		commit = func(batch []Change) error { return sj.EndSession(s.id, batch) }
+	}
 	var ns notices
-	err := t.releaseMany(keys, func(e *entry) (bool, int) {
+	err := t.releaseManyWith(keys, func(e *entry) (bool, int) {
 		return e.hold != nil && e.hold.sess == s, 0
-	}, &res, &ns)
+	}, &res, &ns, commit)
 	ns.send()
 	if closeConn && link != nil && link.closer != nil {
 		link.closer()
@@ -558,6 +598,16 @@ func (st *sessionTable) restore(t *Table, id SessionID, source, remote string, t
 		st.add(s)
 	}
 	return s
+}
+
+// RestoreSession creates session id, disconnected, if the table does not
+// know it (a session without holds, which Restore does not bring back),
+// and restarts its TTL so that it expires ttl + grace from now unless it
+// is resumed: a new leader's takeover (SPEC §8.3). It is meant for
+// rebuilding the table before serving, and does not call the journal.
+func (t *Table) RestoreSession(id SessionID, source, remote string, ttl, grace time.Duration) {
+	s := t.sessions.restore(t, id, source, remote, ttl)
+	s.last.Store(t.now().Add(grace).UnixNano())
 }
 
 // SessionInfo is a read-only view of a session.

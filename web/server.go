@@ -63,6 +63,9 @@ type Options struct {
 	// TLSConfig, when set, makes Options.Listener's connections TLS (the
 	// web port speaks TLS only then); refusals are answered inside it.
 	TLSConfig *tls.Config
+	// Cluster, when set, answers GET /api/v1/cluster with what it returns,
+	// as JSON (a cluster node's status, SPEC §8.7).
+	Cluster func() any
 
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -158,6 +161,11 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("POST /api/v1/reset/source", s.apiResetSource)
 	mux.HandleFunc("GET /api/v1/sessions", s.apiSessions)
 	mux.HandleFunc("POST /api/v1/sessions/{session}/end", s.apiEndSession)
+	if opts.Cluster != nil {
+		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, opts.Cluster())
+		})
+	}
 
 	s.routes(mux)
 	s.mux = mux

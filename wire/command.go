@@ -74,6 +74,25 @@ type outcome struct {
 	answer  byte
 	token   uint64
 	granted bool
+	// drop: answer nothing and close the connection — the outcome is not
+	// known (it may still take effect), or the answer could not be
+	// confirmed as current (SPEC §8.5, §8.1).
+	drop bool
+}
+
+// confirm reports whether an answer that changes nothing may be sent:
+// Server.Confirm (a cluster leader's VerifyLeader round) said this node
+// still leads. False means the connection is closed without an answer.
+func (s *Server) confirm(cmd command) bool {
+	if s.Confirm == nil {
+		return true
+	}
+	if err := s.Confirm(); err != nil {
+		s.Logger.Warn("answer not confirmed: connection closed without it", "peer", cmd.holder.Remote,
+			"action", cmd.action.String(), "key", cmd.key, "err", err)
+		return false
+	}
+	return true
 }
 
 // execute carries out cmd, logs what an operator needs to know of it, and
@@ -93,6 +112,9 @@ func (s *Server) execute(cmd command) outcome {
 		case err == nil:
 			return outcome{answer: protocol.AnswerOK, token: token, granted: true}
 		case errors.Is(err, locker.ErrLocked):
+			if !s.confirm(cmd) {
+				return outcome{drop: true}
+			}
 			return outcome{answer: protocol.AnswerLocked}
 		}
 		return s.refused(cmd, err)
@@ -103,6 +125,9 @@ func (s *Server) execute(cmd command) outcome {
 			token, err = cmd.link.Unlock(cmd.key, cmd.token)
 		} else {
 			token, err = s.Table.Unlock(cmd.key)
+		}
+		if errors.Is(err, locker.ErrNotHeld) && !s.confirm(cmd) {
+			return outcome{drop: true}
 		}
 		if err != nil {
 			return s.refused(cmd, err)
@@ -116,12 +141,18 @@ func (s *Server) execute(cmd command) outcome {
 		if err != nil {
 			return s.refused(cmd, err)
 		}
+		if res.Released == 0 && res.Refused == 0 && !s.confirm(cmd) {
+			return outcome{drop: true}
+		}
 		s.Logger.Info("reset by key", "key", cmd.key, "peer", cmd.holder.Remote, "released", res.Released, "refused", res.Refused)
 		return outcome{answer: protocol.AnswerOK}
 	case protocol.ResetBySource:
 		res, err := s.Table.ResetBySource(cmd.key)
 		if err != nil {
 			return s.refused(cmd, err)
+		}
+		if res.Released == 0 && res.Refused == 0 && !s.confirm(cmd) {
+			return outcome{drop: true}
 		}
 		s.Logger.Info("reset by source", "source", cmd.key, "peer", cmd.holder.Remote, "released", res.Released, "refused", res.Refused)
 		return outcome{answer: protocol.AnswerOK}
@@ -133,7 +164,15 @@ func (s *Server) execute(cmd command) outcome {
 // refused (the disk needs a look); otherwise (not held, a session that
 // ended) an info line for v1, one request per connection, and a debug
 // line for a session, whose client may send such requests without pause.
+//
+// A journal error wrapping locker.ErrOutcomeUnknown is never answered:
+// the change may still take effect, so the outcome says drop.
 func (s *Server) refused(cmd command, err error) outcome {
+	if errors.Is(err, locker.ErrOutcomeUnknown) {
+		s.Logger.Warn("outcome not known: connection closed without an answer", "peer", cmd.holder.Remote,
+			"action", cmd.action.String(), "key", cmd.key, "reason", err.Error())
+		return outcome{drop: true}
+	}
 	lvl := slog.LevelInfo
 	switch {
 	case errors.Is(err, locker.ErrJournal):

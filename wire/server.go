@@ -76,6 +76,11 @@ type Server struct {
 	// inside it unchanged (tls.go). Its certificate callbacks may swap the
 	// certificate between handshakes.
 	TLSConfig *tls.Config
+	// Confirm, when set, is called before every answer that changes
+	// nothing (TryLock '#', Unlock '-', a reset that found nothing): a
+	// cluster's leader checks there that it still leads (SPEC §8.1). An
+	// error closes the connection without the answer.
+	Confirm func() error
 
 	initOnce  sync.Once
 	ctx       context.Context // cancelled by Shutdown: ends every wait
@@ -492,7 +497,7 @@ func (s *Server) dispatchV1(c net.Conn, f protocol.Frame, h locker.Holder, trail
 			cmd.key = h.Source
 		}
 		o := s.execute(cmd)
-		return o.answer, o.token, true
+		return o.answer, o.token, !o.drop
 	}
 	return protocol.AnswerFail, 0, true // unreachable: Valid checked the action
 }
@@ -513,7 +518,8 @@ func (s *Server) lock(c net.Conn, key string, h locker.Holder) (answer byte, tok
 		s.invalid(c, protocol.Lock, err)
 		return 0, 0, false
 	}
-	return s.refused(command{action: protocol.Lock, key: key, holder: h}, err).answer, 0, true
+	o := s.refused(command{action: protocol.Lock, key: key, holder: h}, err)
+	return o.answer, 0, !o.drop
 }
 
 // waiterKeepAlive finds a waiter's vanished client in about 2.5 minutes:

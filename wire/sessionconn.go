@@ -164,6 +164,12 @@ func (sc *sessionConn) open() bool {
 		}
 		sc.link, err = s.Table.OpenSession(source, sc.remote, s.ttlFor(o.TTLMillis), closer)
 	}
+	if errors.Is(err, locker.ErrJournal) {
+		// Not recorded, or not known to be: never the 13-byte refusal,
+		// which a client reads as "unknown session" (SPEC §8.4, §8.5).
+		s.Logger.Warn("session open not recorded: connection closed without an answer", "peer", sc.remote, "err", err)
+		return false
+	}
 	if err != nil {
 		sc.refuseOpen(err)
 		return false
@@ -400,6 +406,10 @@ func (sc *sessionConn) carryOut(req protocol.Request, pr *pendingReq) {
 		p, err := sc.link.Lock(req.Key, req.ID, func(token uint64, err error) { sc.lockDone(req.ID, pr, token, err) })
 		if err != nil {
 			o := s.refused(command{action: protocol.Lock, key: req.Key, link: sc.link, holder: locker.Holder{Remote: sc.remote}}, err)
+			if o.drop {
+				sc.drop()
+				return
+			}
 			sc.finish(req, pr, o.answer, 0, false)
 			return
 		}
@@ -418,8 +428,23 @@ func (sc *sessionConn) carryOut(req protocol.Request, pr *pendingReq) {
 			cmd.key = peerIP(sc.c.RemoteAddr())
 		}
 		o := s.execute(cmd)
+		if o.drop {
+			sc.drop()
+			return
+		}
 		sc.finish(req, pr, o.answer, o.token, o.granted)
 	}
+}
+
+// drop closes the connection without answering (an outcome not known, an
+// answer not confirmed): the client resumes and reissues. The reader then
+// finds the connection closed and tears it down.
+func (sc *sessionConn) drop() {
+	sc.mu.Lock()
+	if !sc.dead {
+		sc.die()
+	}
+	sc.mu.Unlock()
 }
 
 // lockDone is a session Lock's callback, run without the table's locks by
@@ -504,6 +529,12 @@ func (sc *sessionConn) cancel(id uint32) {
 func (sc *sessionConn) closeSession(id uint32) {
 	sc.requests.Wait() // durable requests already started answer first
 	res, err := sc.link.Close()
+	if errors.Is(err, locker.ErrOutcomeUnknown) {
+		sc.s.Logger.Warn("session close not known to be recorded: connection closed without an answer",
+			"session", sc.link.ID().String(), "peer", sc.remote, "err", err)
+		sc.drop()
+		return
+	}
 	status := protocol.AnswerOK
 	if err != nil && !errors.Is(err, locker.ErrJournal) {
 		status = protocol.AnswerFail

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/internal/lctest"
 )
 
 const testClusterToken = "a-cluster-token-for-tests"
@@ -37,7 +36,7 @@ func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*
 	nodes := make([]*clusterNode, n)
 	var peers []string
 	for i := range nodes {
-		nodes[i] = &clusterNode{id: fmt.Sprintf("n%d", i+1), raft: freePort(t), dir: t.TempDir()}
+		nodes[i] = &clusterNode{id: fmt.Sprintf("n%d", i+1), raft: lctest.FreePort(t), dir: t.TempDir()}
 		peers = append(peers, nodes[i].id+"="+nodes[i].raft)
 	}
 	for i, nd := range nodes {
@@ -54,44 +53,14 @@ func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*
 // kill sends SIGKILL and waits for the process to end.
 func (nd *clusterNode) kill(t *testing.T) {
 	t.Helper()
-	if err := nd.cmd.Process.Kill(); err != nil {
+	if err := nd.Kill(); err != nil && !isKilled(err) {
 		t.Fatal(err)
 	}
-	err := <-nd.waitErr
-	nd.waitErr <- err // for stop at cleanup, which then finds it ended
 }
 
 // spawnNode runs the binary without waiting for /readyz (a node is ready
 // only once a quorum has elected a leader). It is stopped at cleanup.
-func spawnNode(t *testing.T, env ...string) *process {
-	t.Helper()
-	p := &process{addr: freePort(t), web: freePort(t), logs: &lockedLines{}, waitErr: make(chan error, 1)}
-	p.cmd = exec.Command(serverBinary(t))
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "BIND_ADDRESS=" + p.addr, "WEB_ADDRESS=" + p.web}, env...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.logs.add(sc.Text())
-		}
-	}()
-	go func() { <-scanned; p.waitErr <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if err := p.stop(t); err != nil && !isKilled(err) {
-			t.Errorf("node exited with %v\n%s", err, p.logs)
-		}
-	})
-	return p
-}
+func spawnNode(t *testing.T, env ...string) *process { return startBinary(t, env...) }
 
 func isKilled(err error) bool {
 	var ee *exec.ExitError
@@ -147,8 +116,8 @@ func awaitLeader(t *testing.T, live []*clusterNode, within time.Duration) *clust
 		agreed := true
 		var lead string
 		for _, nd := range live {
-			st, err := clusterStatus(nd.web)
-			if err != nil || !isReady(nd.web) || st.LeaderID == "" || (lead != "" && st.LeaderID != lead) {
+			st, err := clusterStatus(nd.Web)
+			if err != nil || !isReady(nd.Web) || st.LeaderID == "" || (lead != "" && st.LeaderID != lead) {
 				agreed = false
 				break
 			}
@@ -163,7 +132,7 @@ func awaitLeader(t *testing.T, live []*clusterNode, within time.Duration) *clust
 		if time.Now().After(deadline) {
 			var logs []string
 			for _, nd := range live {
-				logs = append(logs, nd.id+":\n"+nd.logs.String())
+				logs = append(logs, nd.id+":\n"+nd.Logs())
 			}
 			t.Fatalf("no leader agreed on within %v\n%s", within, strings.Join(logs, "\n"))
 		}
@@ -209,20 +178,20 @@ func TestClusterFailoverThroughFollowers(t *testing.T) {
 		b, _ := protocol.Frame{Action: a, Key: key}.Append(nil)
 		return b
 	}
-	if got := raw(t, f1.addr, lockFrame(protocol.Lock, "v1")); got != '+' {
-		t.Fatalf("v1 Lock through a follower: %q\n%s", got, f1.logs)
+	if got := raw(t, f1.Addr, lockFrame(protocol.Lock, "v1")); got != '+' {
+		t.Fatalf("v1 Lock through a follower: %q\n%s", got, f1.Logs())
 	}
-	if got := raw(t, f2.addr, lockFrame(protocol.TryLock, "v1")); got != '#' {
+	if got := raw(t, f2.Addr, lockFrame(protocol.TryLock, "v1")); got != '#' {
 		t.Fatalf("v1 TryLock of a held key through the other follower: %q", got)
 	}
-	if got := raw(t, f2.addr, lockFrame(protocol.Unlock, "v1")); got != '+' {
+	if got := raw(t, f2.Addr, lockFrame(protocol.Unlock, "v1")); got != '+' {
 		t.Fatalf("v1 Unlock through a follower: %q", got)
 	}
 
 	// A session through a follower holds 10 keys.
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	s1, err := client.NewSession(ctx, f1.addr, client.WithTTL(5*time.Second))
+	s1, err := client.NewSession(ctx, f1.Addr, client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatalf("session through a follower: %v", err)
 	}
@@ -239,7 +208,7 @@ func TestClusterFailoverThroughFollowers(t *testing.T) {
 		tokens[key] = tok
 	}
 	// A second session through the other follower waits for k0.
-	s2, err := client.NewSession(ctx, f2.addr, client.WithTTL(5*time.Second))
+	s2, err := client.NewSession(ctx, f2.Addr, client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +225,7 @@ func TestClusterFailoverThroughFollowers(t *testing.T) {
 		}
 		waited <- result{tok, err}
 	}()
-	waitLeaderQueue(t, leader.web, "k0", 1)
+	waitLeaderQueue(t, leader.Web, "k0", 1)
 
 	// kill -9 of the leader.
 	killed := time.Now()
@@ -276,7 +245,7 @@ func TestClusterFailoverThroughFollowers(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("the session did not work again after the leader's kill: %v\n%s\n%s", err, f1.logs, f2.logs)
+			t.Fatalf("the session did not work again after the leader's kill: %v\n%s\n%s", err, f1.Logs(), f2.Logs())
 		}
 	}
 	t.Logf("kill -9 of the leader → the session works again: %v", back.Round(time.Millisecond))
@@ -304,13 +273,13 @@ func TestClusterFailoverThroughFollowers(t *testing.T) {
 	select {
 	case r := <-waited:
 		if r.err != nil {
-			t.Fatalf("the waiter for k0: %v\n%s", r.err, newLeader.logs)
+			t.Fatalf("the waiter for k0: %v\n%s", r.err, newLeader.Logs())
 		}
 		if r.token <= tokens["k0"] {
 			t.Fatalf("k0 granted after the failover under token %d, not above the old grant's %d", r.token, tokens["k0"])
 		}
 	case <-ctx.Done():
-		t.Fatalf("the waiter for k0 was not granted after its release\n%s", newLeader.logs)
+		t.Fatalf("the waiter for k0 was not granted after its release\n%s", newLeader.Logs())
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -340,17 +309,17 @@ func TestClusterWrongTokenDoesNotJoin(t *testing.T) {
 	awaitLeader(t, nodes[:2], 20*time.Second)
 	stranger := nodes[2]
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stranger.logs.String()+nodes[0].logs.String()+nodes[1].logs.String(), "CLUSTER_TOKEN handshake") {
+	for !strings.Contains(stranger.Logs()+nodes[0].Logs()+nodes[1].Logs(), "CLUSTER_TOKEN handshake") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no handshake refusal logged\n%s", stranger.logs)
+			t.Fatalf("no handshake refusal logged\n%s", stranger.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	st, err := clusterStatus(stranger.web)
+	st, err := clusterStatus(stranger.Web)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.LeaderID != "" || st.State == "leader" || isReady(stranger.web) {
+	if st.LeaderID != "" || st.State == "leader" || isReady(stranger.Web) {
 		t.Fatalf("the node with the wrong token joined: %+v", st)
 	}
 }
@@ -370,7 +339,7 @@ func TestClusterConfigErrorsNameTheVariable(t *testing.T) {
 		{"CLUSTER_JOIN", []string{peers, "NODE_ID=n1", dir, token, "CLUSTER_JOIN=127.0.0.1:22120"}},
 		{"CLUSTER_JOIN", []string{"CLUSTER_JOIN=127.0.0.1:22120"}},
 		{"DATA_PATH", []string{peers, "NODE_ID=n1", dir, token, "DATA_PATH=" + t.TempDir() + "/wal"}},
-		{"NODE_ID", []string{peers, "NODE_ID=n9", dir, token, "RAFT_ADDRESS=" + freePort(t)}},
+		{"NODE_ID", []string{peers, "NODE_ID=n9", dir, token, "RAFT_ADDRESS=" + lctest.FreePort(t)}},
 		{"RAFT_HEARTBEAT_TIMEOUT", []string{peers, "NODE_ID=n1", dir, token, "RAFT_HEARTBEAT_TIMEOUT=50ms"}},
 		{"LEADER_WAIT", []string{peers, "NODE_ID=n1", dir, token, "LEADER_WAIT=soon"}},
 		{"RAFT_SNAPSHOT_THRESHOLD", []string{peers, "NODE_ID=n1", dir, token, "RAFT_SNAPSHOT_THRESHOLD=0"}},

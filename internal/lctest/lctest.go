@@ -143,7 +143,7 @@ type Server struct {
 	exitErr error
 }
 
-var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
+var startedRE = regexp.MustCompile(`msg="locking-center started[^"]*".* bind=(\S+) web=(\S+)`)
 
 // Start runs the server binary with env added to a clean environment
 // (PATH only) — BIND_ADDRESS and WEB_ADDRESS are 127.0.0.1:0 unless env
@@ -216,12 +216,14 @@ func (s *Server) start(t testing.TB, env []string) {
 }
 
 // awaitReady waits until /readyz answers 200 (with DATA_PATH: the log is
-// replayed). A server whose web port is off or speaks TLS is taken as
-// ready once it listens: the test checks what it needs itself.
+// replayed). A server whose web port is off or speaks TLS, and a cluster
+// node (ready only once a quorum has elected a leader), is taken as ready
+// once it listens: the test checks what it needs itself.
 func (s *Server) awaitReady(t testing.TB, env []string, deadline time.Time) {
 	t.Helper()
 	for _, e := range env {
-		if e == "WEB_ADDRESS=off" || strings.HasPrefix(e, "TLS_CERT=") && e != "TLS_CERT=" {
+		if e == "WEB_ADDRESS=off" || strings.HasPrefix(e, "TLS_CERT=") && e != "TLS_CERT=" ||
+			strings.HasPrefix(e, "CLUSTER_PEERS=") && e != "CLUSTER_PEERS=" {
 			return
 		}
 	}

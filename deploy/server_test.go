@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -149,30 +148,11 @@ func TestBinaryAsBuiltInImage(t *testing.T) {
 // server is one running locking-center process.
 type server struct {
 	cmd        *exec.Cmd
-	stderr     *syncBuffer
-	lock, web  string // host:port
+	stderr     *os.File // the process writes its log here; the test reads the file
+	lock, web  string   // host:port
 	exited     chan struct{}
 	exitErr    error
 	stoppedFor time.Duration
-}
-
-// syncBuffer collects a process's stderr; tests read it while the process
-// may still be writing.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -190,7 +170,12 @@ func freePort(t *testing.T) string {
 // loopback addresses on free ports, and waits until /readyz answers 200.
 func startServer(t *testing.T, bin string, env map[string]string, readyPath string) *server {
 	t.Helper()
-	s := &server{stderr: new(syncBuffer), lock: freePort(t), web: freePort(t), exited: make(chan struct{})}
+	log, err := os.CreateTemp(t.TempDir(), "stderr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	s := &server{stderr: log, lock: freePort(t), web: freePort(t), exited: make(chan struct{})}
 	s.cmd = exec.Command(bin)
 	s.cmd.Env = []string{"BIND_ADDRESS=" + s.lock, "WEB_ADDRESS=" + s.web}
 	for k, v := range env {
@@ -218,14 +203,20 @@ func startServer(t *testing.T, bin string, env map[string]string, readyPath stri
 		}
 		select {
 		case <-s.exited:
-			t.Fatalf("server exited before it was ready: %v\n%s", s.exitErr, s.stderr)
+			t.Fatalf("server exited before it was ready: %v\n%s", s.exitErr, s.log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d, %v after 15s\n%s", readyPath, code, err, s.stderr)
+			t.Fatalf("GET %s: %d, %v after 15s\n%s", readyPath, code, err, s.log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// log returns what the server has written to its stderr so far.
+func (s *server) log() string {
+	b, _ := os.ReadFile(s.stderr.Name())
+	return string(b)
 }
 
 // stop sends SIGTERM and waits at most grace, as Docker and Kubernetes do
@@ -239,11 +230,11 @@ func (s *server) stop(t *testing.T, grace time.Duration) {
 	select {
 	case <-s.exited:
 	case <-time.After(grace):
-		t.Fatalf("server still running %v after SIGTERM; Docker would SIGKILL it\n%s", grace, s.stderr)
+		t.Fatalf("server still running %v after SIGTERM; Docker would SIGKILL it\n%s", grace, s.log())
 	}
 	s.stoppedFor = time.Since(start)
 	if s.exitErr != nil {
-		t.Fatalf("server exit after SIGTERM: %v, want status 0\n%s", s.exitErr, s.stderr)
+		t.Fatalf("server exit after SIGTERM: %v, want status 0\n%s", s.exitErr, s.log())
 	}
 }
 

@@ -7,10 +7,10 @@
 #    need LC_TEST_ADDRESS (and LC_TEST_WEB_ADDRESS, LC_SERVER_BIN) and skip
 #    themselves without them.
 # 2. The package, checked as a user installs it: cmake --install into a
-#    temporary prefix; the SONAME is versioned; a fresh CMake project with
-#    find_package(lockingcenter 0.2) builds the README's quick-start and runs
-#    it against the server (find_package(lockingcenter 0.3) must fail); the
-#    same program built with pkg-config only.
+#    temporary prefix; the SONAME is versioned; a fresh project made of the
+#    README's CMakeLists.txt (find_package(lockingcenter 0.2)) and its
+#    quick-start builds and runs against the server (find_package(lockingcenter
+#    0.3) must fail); the same program built with pkg-config only.
 # Last line: "c: N passed, N failed, N skipped" summed over all of it.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -80,13 +80,8 @@ fi
 awk '/<!-- quick-start -->/{f=1; next} f && /^```c/{p=1; next} p && /^```/{exit} p' README.md >"$work/main.c"
 if [ ! -s "$work/main.c" ]; then fail "README quick-start not found"; fi
 cp "$work/main.c" "$work/cmake-project/main.c"
-cat >"$work/cmake-project/CMakeLists.txt" <<'EOF'
-cmake_minimum_required(VERSION 3.13)
-project(quickstart C)
-find_package(lockingcenter 0.2 REQUIRED)
-add_executable(quickstart main.c)
-target_link_libraries(quickstart PRIVATE lockingcenter::lockingcenter)
-EOF
+# The README's CMakeLists.txt, verbatim: its first cmake block.
+awk '/^```cmake/{p=1; next} p && /^```/{exit} p' README.md >"$work/cmake-project/CMakeLists.txt"
 sed 's/lockingcenter 0.2 REQUIRED/lockingcenter 0.3 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
 cp "$work/main.c" "$work/cmake-too-new/main.c"
 
@@ -105,7 +100,7 @@ run_quickstart() { # name binary
 if cmake -S "$work/cmake-project" -B "$work/cmake-project/build" -DCMAKE_PREFIX_PATH="$prefix" \
      >"$work/cmake-project.log" 2>&1 && cmake --build "$work/cmake-project/build" >>"$work/cmake-project.log" 2>&1; then
   pass "find_package(lockingcenter 0.2) in a fresh project"
-  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/quickstart"
+  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/app"
 else
   cat "$work/cmake-project.log"; fail "find_package(lockingcenter 0.2) in a fresh project"
 fi

@@ -7,9 +7,10 @@
 #    (ThreadSanitizer). Conformance tests need LC_TEST_ADDRESS (and
 #    LC_TEST_WEB_ADDRESS, LC_SERVER_BIN) and skip themselves without them.
 # 2. The package, checked as a user installs it: cmake --install into a
-#    temporary prefix (the C library and the C++ header); a fresh CMake
-#    project with find_package(lockingcenter_cpp 0.2) builds the README's
-#    quick-start and runs it against the server (0.3 must be refused); the
+#    temporary prefix (the C library and the C++ header); a fresh project
+#    made of the README's CMakeLists.txt (find_package(lockingcenter_cpp 0.2))
+#    and its quick-start builds and runs against the server (0.3 must be
+#    refused); the
 #    same program built with `pkg-config lockingcenter-cpp` only.
 # Last line: "cpp: N passed, N failed, N skipped" summed over all of it.
 set -uo pipefail
@@ -80,13 +81,8 @@ awk '/<!-- quick-start -->/{f=1; next} f && /^```cpp/{p=1; next} p && /^```/{exi
 if [ ! -s "$work/main.cpp" ]; then fail "README quick-start not found"; fi
 cp "$work/main.cpp" "$work/cmake-project/main.cpp"
 cp "$work/main.cpp" "$work/cmake-too-new/main.cpp"
-cat >"$work/cmake-project/CMakeLists.txt" <<'CMAKE'
-cmake_minimum_required(VERSION 3.14)
-project(quickstart CXX)
-find_package(lockingcenter_cpp 0.2 REQUIRED)
-add_executable(quickstart main.cpp)
-target_link_libraries(quickstart PRIVATE lockingcenter::cpp)
-CMAKE
+# The README's CMakeLists.txt, verbatim: its first cmake block.
+awk '/^```cmake/{p=1; next} p && /^```/{exit} p' README.md >"$work/cmake-project/CMakeLists.txt"
 sed 's/lockingcenter_cpp 0.2 REQUIRED/lockingcenter_cpp 0.3 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
 
 run_quickstart() { # name binary
@@ -104,7 +100,7 @@ run_quickstart() { # name binary
 if cmake -S "$work/cmake-project" -B "$work/cmake-project/build" -DCMAKE_PREFIX_PATH="$prefix" \
      >"$work/cmake-project.log" 2>&1 && cmake --build "$work/cmake-project/build" >>"$work/cmake-project.log" 2>&1; then
   pass "find_package(lockingcenter_cpp 0.2) in a fresh project"
-  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/quickstart"
+  run_quickstart "quick-start (CMake)" "$work/cmake-project/build/app"
 else
   cat "$work/cmake-project.log"; fail "find_package(lockingcenter_cpp 0.2) in a fresh project"
 fi

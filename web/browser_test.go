@@ -95,22 +95,31 @@ func chromiumPath() string {
 	return ""
 }
 
+// needChromium returns chromium's path for the real-browser test named by
+// what, or skips it loudly: under CI, where it must run, a missing
+// chromium fails it.
+func needChromium(t *testing.T, what string) string {
+	t.Helper()
+	chrome := chromiumPath()
+	if chrome == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed: CI must run the real-browser tests (apt-get install chromium)")
+		}
+		t.Skipf("SKIPPED: chromium not found, so %s did not run; install the chromium package or set LC_CHROMIUM", what)
+	}
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skipf("SKIPPED: -short, %s did not run", what)
+	}
+	return chrome
+}
+
 // TestDashboardInBrowser drives the dashboard in a real headless chromium:
 // a key held over TCP with a waiter shows up, Reset and its confirmation
 // free it, and the waiting client is answered '-'. It saves a screenshot of
 // the dashboard (in the test's artifact folder, and as dashboard.png in
 // $LC_SCREENSHOT_DIR when that is set).
 func TestDashboardInBrowser(t *testing.T) {
-	chrome := chromiumPath()
-	if chrome == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed: CI must run the real-browser test (apt-get install chromium)")
-		}
-		t.Skip("SKIPPED: chromium not found, so the real-browser test of the dashboard did not run; install the chromium package or set LC_CHROMIUM")
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		t.Skip("SKIPPED: -short, the real-browser test of the dashboard did not run")
-	}
+	chrome := needChromium(t, "the real-browser test of the dashboard")
 
 	s := startStack(t, Options{StuckAfter: 10 * time.Minute, Version: "v1.0.0"})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

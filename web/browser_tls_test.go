@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,16 +28,7 @@ import (
 // installed in a system store and every other certificate would still be
 // refused.
 func TestDashboardOverHTTPSInBrowser(t *testing.T) {
-	chrome := chromiumPath()
-	if chrome == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed: CI must run the real-browser test (apt-get install chromium)")
-		}
-		t.Skip("SKIPPED: chromium not found, so the https real-browser test did not run; install the chromium package or set LC_CHROMIUM")
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		t.Skip("SKIPPED: -short, the https real-browser test did not run")
-	}
+	chrome := needChromium(t, "the https real-browser test")
 	ca := tlstest.NewCA(t, "browser test CA")
 	leaf := ca.Issue(t, tlstest.Options{})
 

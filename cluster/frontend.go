@@ -313,7 +313,13 @@ func (e *engineJournal) do(fn func() error) error {
 }
 
 func (e *engineJournal) Commit(batch []locker.Change) error {
-	return e.do(func() error { return e.j.Commit(batch) })
+	return e.do(func() error {
+		err := e.j.Commit(batch)
+		if err == nil && failpointsOn {
+			afterCommit(batch)
+		}
+		return err
+	})
 }
 
 func (e *engineJournal) OpenSession(id locker.SessionID, source, remote string, ttl time.Duration) error {

@@ -85,7 +85,12 @@ type status struct {
 func clusterStatus(web string) (status, error) {
 	var st status
 	hc := http.Client{Timeout: time.Second}
-	resp, err := hc.Get("http://" + web + "/api/v1/cluster")
+	req, err := http.NewRequest(http.MethodGet, "http://"+web+"/api/v1/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	req.SetBasicAuth("admin", testWebPassword) // for the clusters with WEB_PASSWORD; ignored without
+	resp, err := hc.Do(req)
 	if err != nil {
 		return st, err
 	}
@@ -337,7 +342,13 @@ func TestClusterConfigErrorsNameTheVariable(t *testing.T) {
 		{"CLUSTER_TOKEN", []string{peers, "NODE_ID=n1", dir}},
 		{"CLUSTER_TOKEN", []string{peers, "NODE_ID=n1", dir, "CLUSTER_TOKEN=short"}},
 		{"CLUSTER_JOIN", []string{peers, "NODE_ID=n1", dir, token, "CLUSTER_JOIN=127.0.0.1:22120"}},
-		{"CLUSTER_JOIN", []string{"CLUSTER_JOIN=127.0.0.1:22120"}},
+		{"RAFT_DIR", []string{"CLUSTER_JOIN=127.0.0.1:22120"}},
+		{"CLUSTER_JOIN", []string{"CLUSTER_JOIN=nowhere", dir, token}},
+		{"DATA_PATH", []string{"CLUSTER_JOIN=127.0.0.1:22120", dir, token, "DATA_PATH=" + t.TempDir() + "/wal"}},
+		{"RAFT_TLS_KEY", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/x.crt"}},
+		{"RAFT_TLS_CA", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/x.crt", "RAFT_TLS_KEY=/x.key"}},
+		{"RAFT_TLS_CERT", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/nonexistent.crt", "RAFT_TLS_KEY=/x.key", "RAFT_TLS_CA=/x.pem"}},
+		{"RAFT_TLS_CA", []string{"RAFT_TLS_CA=/x.pem"}},
 		{"DATA_PATH", []string{peers, "NODE_ID=n1", dir, token, "DATA_PATH=" + t.TempDir() + "/wal"}},
 		{"NODE_ID", []string{peers, "NODE_ID=n9", dir, token, "RAFT_ADDRESS=" + lctest.FreePort(t)}},
 		{"RAFT_HEARTBEAT_TIMEOUT", []string{peers, "NODE_ID=n1", dir, token, "RAFT_HEARTBEAT_TIMEOUT=50ms"}},

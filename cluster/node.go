@@ -50,11 +50,23 @@ type Node struct {
 	fsm    *FSM
 	store  *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
+	stream *streamLayer
 	notify chan bool
 	done   chan struct{} // closed by Close: the watcher ends
 	wg     sync.WaitGroup
 	once   sync.Once
 	verify verifier
+	// members is the membership changes' state (members.go).
+	members members
+	// hadState: raft state was on disk at the start.
+	hadState bool
+	// imported is closed once Config.Import is in the FSM (or at once
+	// without one); only the watcher writes importDone.
+	imported   chan struct{}
+	importDone bool
+	// pending is the import of DATA_PATH's log still to be proposed
+	// (migrate.go); nil without one.
+	pending *Entry
 }
 
 // nodeIDFile keeps the id a RAFT_DIR was first started with.
@@ -85,8 +97,10 @@ func Start(c Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_DIR %s: open raft.db: %w", cfg.RaftDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{})}
+	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{}),
+		imported: make(chan struct{})}
 	n.verify.node = n
+	n.members.info = map[string]probed{}
 	if err := n.start(peers); err != nil {
 		if n.trans != nil {
 			n.trans.Close()
@@ -94,8 +108,9 @@ func Start(c Config) (*Node, error) {
 		store.Close()
 		return nil, err
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watch()
+	go n.promote()
 	return n, nil
 }
 
@@ -109,10 +124,12 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: snapshots: %w", cfg.RaftDir, err)
 	}
-	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward)
+	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, cfg.TLS)
 	if err != nil {
 		return err
 	}
+	stream.call = n.serveCall
+	n.stream = stream
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog.Named("net"),
 	})
@@ -128,6 +145,19 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: %w", cfg.RaftDir, err)
 	}
+	n.hadState = had
+	if err := n.prepareMigration(had, peers); err != nil {
+		return err
+	}
+	if n.pending == nil {
+		n.importDone = true
+		close(n.imported)
+	}
+	if had {
+		if err := recoverPeers(rc, n, snaps); err != nil {
+			return err
+		}
+	}
 	if !had && len(peers) > 0 {
 		var servers []raft.Server
 		listed := false
@@ -142,6 +172,9 @@ func (n *Node) start(peers []Peer) error {
 			return fmt.Errorf("bootstrap CLUSTER_PEERS: %w", err)
 		}
 		cfg.Logger.Info("cluster: bootstrapped", "node", cfg.NodeID, "peers", len(servers))
+	}
+	if !had && len(peers) == 0 {
+		cfg.Logger.Info("cluster: no raft state and no CLUSTER_PEERS: waiting to be added by the leader", "node", cfg.NodeID, "address", cfg.RaftAdvertise)
 	}
 	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
 	if err != nil {
@@ -272,6 +305,19 @@ func (n *Node) watch() {
 			}
 			if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != t {
 				continue
+			}
+			if !n.importDone {
+				if err := n.importState(t); err != nil {
+					n.cfg.Logger.Error("cluster: the import of DATA_PATH's log failed; tried again", "node", n.cfg.NodeID, "term", t, "err", err)
+					select {
+					case <-n.done:
+						return
+					case <-time.After(n.cfg.HeartbeatTimeout):
+					}
+					continue
+				}
+				n.importDone = true
+				close(n.imported)
 			}
 			leading, term = true, t
 			high := n.fsm.HighToken()

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/locking-center/locking-center/client/protocol"
+	"github.com/locking-center/locking-center/internal/lctest"
+)
+
+// lockFrame is a v1 Lock of key.
+func lockFrame(key string) []byte {
+	b, _ := protocol.Frame{Action: protocol.Lock, Key: key}.Append(nil)
+	return b
+}
+
+const testWebPassword = "a-web-password"
+
+// webDo sends a request to a node's web port with WEB_PASSWORD and
+// returns the status and body.
+func webDo(t *testing.T, method, web, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+web+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("admin", testWebPassword)
+	hc := http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// fullStatus is GET /api/v1/cluster with each node's suffrage.
+type fullStatus struct {
+	Node     string `json:"node"`
+	State    string `json:"state"`
+	LeaderID string `json:"leader_id"`
+	Nodes    []struct {
+		ID       string `json:"id"`
+		Address  string `json:"address"`
+		Suffrage string `json:"suffrage"`
+		Leader   bool   `json:"leader"`
+	} `json:"nodes"`
+}
+
+func getStatus(web string) (fullStatus, error) {
+	var st fullStatus
+	hc := http.Client{Timeout: time.Second}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+web+"/api/v1/cluster", nil)
+	req.SetBasicAuth("admin", testWebPassword)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// members returns "id:suffrage" of every member, as web sees them.
+func members(st fullStatus) string {
+	var out []string
+	for _, n := range st.Nodes {
+		out = append(out, n.ID+":"+n.Suffrage)
+	}
+	return strings.Join(out, ",")
+}
+
+// awaitMembers waits until the node at web lists exactly want
+// ("id:suffrage,…" in the configuration's order).
+func awaitMembers(t *testing.T, web, want string, within time.Duration, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got string
+	for {
+		st, err := getStatus(web)
+		if err == nil {
+			if got = members(st); got == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members %q, want %q (%v)\n%s", got, want, err, logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// joinNode starts a node that joins through the web port via.
+func joinNode(t *testing.T, id, via string, env ...string) *clusterNode {
+	nd := &clusterNode{id: id, raft: lctest.FreePort(t), dir: t.TempDir()}
+	nd.process = spawnNode(t, append([]string{"NODE_ID=" + id, "RAFT_ADDRESS=" + nd.raft, "CLUSTER_JOIN=" + via,
+		"CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + nd.dir}, env...)...)
+	return nd
+}
+
+func allLogs(nodes ...*clusterNode) func() string {
+	return func() string {
+		var b bytes.Buffer
+		for _, nd := range nodes {
+			fmt.Fprintf(&b, "%s:\n%s\n", nd.id, nd.Logs())
+		}
+		return b.String()
+	}
+}
+
+func TestClusterJoinTransferRemove(t *testing.T) {
+	pw := "WEB_PASSWORD=" + testWebPassword
+	nodes := startCluster(t, 3, nil, pw)
+	leader := awaitLeader(t, nodes, 20*time.Second)
+	var follower *clusterNode
+	for _, nd := range nodes {
+		if nd != leader {
+			follower = nd
+			break
+		}
+	}
+	// A fourth node joins through a follower's web port, with
+	// CLUSTER_TOKEN (it does not know WEB_PASSWORD); it is added as a
+	// non-voter and promoted once caught up.
+	n4 := joinNode(t, "n4", follower.Web)
+	logs := allLogs(append(nodes, n4)...)
+	awaitMembers(t, leader.Web, "n1:voter,n2:voter,n3:voter,n4:voter", 30*time.Second, logs)
+	if !strings.Contains(leader.Logs(), "added as a non-voter") || !strings.Contains(leader.Logs(), "promoted to voter") {
+		t.Fatalf("the leader did not add n4 as a non-voter, then promote it\n%s", leader.Logs())
+	}
+	all := append(append([]*clusterNode{}, nodes...), n4)
+	awaitLeader(t, all, 20*time.Second)
+
+	// Without the password, or with a forged join proof, nothing changes.
+	hc := http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Post("http://"+follower.Web+"/api/v1/cluster/transfer", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("transfer without the password: %s", resp.Status)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+follower.Web+"/api/v1/cluster/nodes", strings.NewReader(`{"id":"evil","address":"127.0.0.1:1"}`))
+	req.Header.Set("X-LC-Cluster-Join", fmt.Sprintf("t=%d,mac=00", time.Now().Unix()))
+	if resp, err = hc.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a join with a forged proof: %s", resp.Status)
+	}
+
+	// Hand leadership to n4, asked of a node that does not lead.
+	var asked *clusterNode
+	for _, nd := range nodes {
+		if nd != leader {
+			asked = nd
+			break
+		}
+	}
+	code, body := webDo(t, http.MethodPost, asked.Web, "/api/v1/cluster/transfer", `{"id":"n4"}`)
+	if code != http.StatusOK || !strings.Contains(body, `"leader":"n4"`) {
+		t.Fatalf("transfer to n4 through a follower: %d %s\n%s", code, body, logs())
+	}
+	if l := awaitLeader(t, all, 20*time.Second); l != n4 {
+		t.Fatalf("after the transfer %s leads, not n4", l.id)
+	}
+	// Remove the old leader through another node; then one more. The
+	// last removal, which would leave one voter, is refused.
+	code, body = webDo(t, http.MethodDelete, asked.Web, "/api/v1/cluster/nodes/"+leader.id, "")
+	if code != http.StatusOK {
+		t.Fatalf("remove %s: %d %s", leader.id, code, body)
+	}
+	var rest []*clusterNode
+	for _, nd := range all {
+		if nd != leader {
+			rest = append(rest, nd)
+		}
+	}
+	awaitLeader(t, rest, 20*time.Second)
+	code, body = webDo(t, http.MethodDelete, n4.Web, "/api/v1/cluster/nodes/"+asked.id, "")
+	if code != http.StatusOK {
+		t.Fatalf("remove %s: %d %s", asked.id, code, body)
+	}
+	var two []*clusterNode
+	for _, nd := range rest {
+		if nd != asked {
+			two = append(two, nd)
+		}
+	}
+	awaitLeader(t, two, 20*time.Second)
+	code, body = webDo(t, http.MethodDelete, n4.Web, "/api/v1/cluster/nodes/"+two[0].id, "")
+	if code != http.StatusConflict || !strings.Contains(body, "fewer than 2 voters") {
+		t.Fatalf("a removal leaving one voter: %d %s", code, body)
+	}
+	code, body = webDo(t, http.MethodDelete, n4.Web, "/api/v1/cluster/nodes/nobody", "")
+	if code != http.StatusNotFound {
+		t.Fatalf("removal of an unknown node: %d %s", code, body)
+	}
+	// The two that remain still grant.
+	if got := raw(t, two[0].Addr, lockFrame("after")); got != '+' {
+		t.Fatalf("Lock on the shrunk cluster: %q\n%s", got, logs())
+	}
+}

@@ -323,6 +323,8 @@ func membershipError(err error) error {
 		status = http.StatusConflict
 	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotLeader):
 		status = http.StatusServiceUnavailable
+	case errors.Is(err, cluster.ErrUnreachable):
+		status = http.StatusBadGateway
 	}
 	return &web.StatusError{Status: status, Err: err}
 }

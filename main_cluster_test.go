@@ -33,6 +33,18 @@ type clusterNode struct {
 // not wait for them: see awaitLeader.
 func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*clusterNode {
 	t.Helper()
+	return startClusterEach(t, n, func(i int) []string {
+		if tk, ok := tokens[i]; ok {
+			return []string{"CLUSTER_TOKEN=" + tk}
+		}
+		return nil
+	}, env...)
+}
+
+// startClusterEach is startCluster with each node's own variables,
+// perNode(i), after the others.
+func startClusterEach(t *testing.T, n int, perNode func(i int) []string, env ...string) []*clusterNode {
+	t.Helper()
 	nodes := make([]*clusterNode, n)
 	var peers []string
 	for i := range nodes {
@@ -40,12 +52,9 @@ func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*
 		peers = append(peers, nodes[i].id+"="+nodes[i].raft)
 	}
 	for i, nd := range nodes {
-		token := testClusterToken
-		if tk, ok := tokens[i]; ok {
-			token = tk
-		}
-		nd.process = spawnNode(t, append([]string{"NODE_ID=" + nd.id, "RAFT_ADDRESS=" + nd.raft,
-			"CLUSTER_PEERS=" + strings.Join(peers, ","), "CLUSTER_TOKEN=" + token, "RAFT_DIR=" + nd.dir}, env...)...)
+		e := append([]string{"NODE_ID=" + nd.id, "RAFT_ADDRESS=" + nd.raft,
+			"CLUSTER_PEERS=" + strings.Join(peers, ","), "CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + nd.dir}, env...)
+		nd.process = spawnNode(t, append(e, perNode(i)...)...)
 	}
 	return nodes
 }

@@ -34,13 +34,16 @@ var (
 	ErrConflict = errors.New("cluster: the id or the address belongs to another member")
 	// ErrBadRequest: an id or an address that is not valid.
 	ErrBadRequest = errors.New("cluster: bad membership request")
+	// ErrUnreachable: the leader could not reach the node to be added on
+	// its cluster port, or another node answered there: it is not added.
+	ErrUnreachable = errors.New("cluster: the leader cannot reach the node on its cluster port")
 )
 
 // errorCodes names the errors a forwarded call carries back.
 var errorCodes = map[string]error{
 	"no_leader": ErrNoLeader, "busy": ErrBusy, "too_few_voters": ErrTooFewVoters,
 	"unknown_node": ErrUnknownNode, "conflict": ErrConflict, "bad_request": ErrBadRequest,
-	"not_leader": ErrNotLeader,
+	"not_leader": ErrNotLeader, "unreachable": ErrUnreachable,
 }
 
 // changeTimeout bounds a membership change or a transfer: raft's enqueue
@@ -218,6 +221,20 @@ func (n *Node) lead(req callRequest) callReply {
 				return replyOf(fmt.Errorf("%w: node %q is a member at %s; remove it first", ErrConflict, req.ID, target.Address))
 			}
 			return callReply{} // already a member: a retried join
+		}
+		// A node the leader cannot reach (a wrong token, a certificate of
+		// another CA, a wrong address) is not added: it would sit in the
+		// configuration and never catch up.
+		r, err := n.stream.callNode(req.Address, callRequest{Op: "info"}, 2*n.cfg.HeartbeatTimeout+time.Second)
+		if err != nil {
+			return replyOf(fmt.Errorf("%w: %s: %w", ErrUnreachable, req.Address, err))
+		}
+		if r.Info == nil || r.Info.ID != req.ID {
+			got := ""
+			if r.Info != nil {
+				got = r.Info.ID
+			}
+			return replyOf(fmt.Errorf("%w: node %q answers at %s, not %q", ErrUnreachable, got, req.Address, req.ID))
 		}
 		if err := n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.Address), index, changeTimeout).Error(); err != nil {
 			return replyOf(fmt.Errorf("add node %q: %w", req.ID, err))

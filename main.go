@@ -42,6 +42,8 @@ func main() {
 			return
 		case "healthcheck":
 			os.Exit(healthcheck(os.Getenv))
+		case "handover":
+			os.Exit(handover(os.Getenv, os.Args[2:], os.Stdout, os.Stderr))
 		case "-h", "-help", "--help", "help":
 			fmt.Print(usage)
 			return
@@ -64,6 +66,9 @@ Usage:
   locking-center            run the server (configured by the environment)
   locking-center version    print the version
   locking-center healthcheck  exit 0 if the local server's /readyz answers 200
+  locking-center handover [timeout]  if this cluster node leads, hand leadership
+                            over and wait (default 20s) until another node leads;
+                            exit 0 then or when it does not lead (a preStop hook)
 
 Environment:
   BIND_ADDRESS     TCP lock protocol address            (default :22119)
@@ -313,19 +318,8 @@ func healthcheck(getenv func(string) string) int {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1
 	}
-	host, port, _ := net.SplitHostPort(cfg.WebAddress) // checked by configFromEnv
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1" // a wildcard listener answers on loopback
-	}
-	scheme, hc := "http", &http.Client{Timeout: 3 * time.Second}
-	if cfg.TLSCert != "" {
-		// The probe asks this host's own server for a status code and sends
-		// no secret (/readyz is open): whose certificate answers does not
-		// matter, and the one in use may not name 127.0.0.1.
-		scheme = "https"
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // see above
-	}
-	url := scheme + "://" + net.JoinHostPort(host, port) + "/readyz"
+	base, hc := localWeb(cfg)
+	url := base + "/readyz"
 	resp, err := hc.Get(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
@@ -337,6 +331,25 @@ func healthcheck(getenv func(string) string) int {
 		return 1
 	}
 	return 0
+}
+
+// localWeb returns the base URL of this host's own web port (WEB_ADDRESS,
+// on loopback when it listens on every address) and a client for it.
+func localWeb(cfg config) (string, *http.Client) {
+	host, port, _ := net.SplitHostPort(cfg.WebAddress) // checked by configFromEnv
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // a wildcard listener answers on loopback
+	}
+	scheme, hc := "http", &http.Client{Timeout: 3 * time.Second}
+	if cfg.TLSCert != "" {
+		// The probe asks this host's own server and sends its password
+		// to it alone (a loopback or this host's address): whose
+		// certificate answers does not matter, and the one in use may
+		// not name 127.0.0.1.
+		scheme = "https"
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // see above
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), hc
 }
 
 // logReach says in one line who can reach the two ports and what protects

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +212,54 @@ func TestClusterJoinTransferRemove(t *testing.T) {
 	// The two that remain still grant.
 	if got := raw(t, two[0].Addr, lockFrame("after")); got != '+' {
 		t.Fatalf("Lock on the shrunk cluster: %q\n%s", got, logs())
+	}
+}
+
+// runHandover runs `locking-center handover` with the variables of node
+// nd (its web port and password, its cluster variables) and returns its
+// output and exit code.
+func runHandover(t *testing.T, nd *clusterNode, peers string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(serverBinary(t), "handover", "20s")
+	cmd.Env = []string{"WEB_ADDRESS=" + nd.Web, "WEB_PASSWORD=" + testWebPassword, "NODE_ID=" + nd.id,
+		"CLUSTER_PEERS=" + peers, "CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + nd.dir, "RAFT_ADDRESS=" + nd.raft}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestClusterHandoverCommand(t *testing.T) {
+	nodes := startCluster(t, 3, nil, "WEB_PASSWORD="+testWebPassword)
+	leader := awaitLeader(t, nodes, 20*time.Second)
+	var peers []string
+	var follower *clusterNode
+	for _, nd := range nodes {
+		peers = append(peers, nd.id+"="+nd.raft)
+		if nd != leader {
+			follower = nd
+		}
+	}
+	// On a follower it changes nothing.
+	out, code := runHandover(t, follower, strings.Join(peers, ","))
+	if code != 0 || !strings.Contains(out, "does not lead") {
+		t.Fatalf("handover on a follower: exit %d: %s", code, out)
+	}
+	if l := awaitLeader(t, nodes, 10*time.Second); l != leader {
+		t.Fatalf("the leader moved from %s to %s", leader.id, l.id)
+	}
+	// On the leader it returns once another node leads.
+	out, code = runHandover(t, leader, strings.Join(peers, ","))
+	if code != 0 || !strings.Contains(out, "handed leadership to node") {
+		t.Fatalf("handover on the leader: exit %d: %s\n%s", code, out, leader.Logs())
+	}
+	st, err := getStatus(leader.Web)
+	if err != nil || st.State == "leader" || st.LeaderID == "" || st.LeaderID == leader.id {
+		t.Fatalf("after the handover the old leader says %+v, %v", st, err)
 	}
 }

@@ -263,3 +263,27 @@ func TestClusterHandoverCommand(t *testing.T) {
 		t.Fatalf("after the handover the old leader says %+v, %v", st, err)
 	}
 }
+
+func TestClusterRaftDirBelongsToOneNode(t *testing.T) {
+	nd := &clusterNode{id: "n1", raft: lctest.FreePort(t), dir: t.TempDir()}
+	env := []string{"RAFT_ADDRESS=" + nd.raft, "CLUSTER_PEERS=n1=" + nd.raft,
+		"CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + nd.dir}
+	nd.process = spawnNode(t, append(env, "NODE_ID=n1")...)
+	awaitLeader(t, []*clusterNode{nd}, 20*time.Second)
+	// A second process on the same RAFT_DIR is refused while the first
+	// runs.
+	out, code := runOnce(t, append(env, "NODE_ID=n1")...)
+	if code == 0 || !strings.Contains(out, "RAFT_DIR") || !strings.Contains(out, "in use") {
+		t.Fatalf("a second process on the same RAFT_DIR: exit %d:\n%s", code, out)
+	}
+	if err := nd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Another NODE_ID on that RAFT_DIR is refused.
+	n9 := lctest.FreePort(t)
+	out, code = runOnce(t, "RAFT_ADDRESS="+n9, "CLUSTER_PEERS=n1="+nd.raft+",n9="+n9,
+		"CLUSTER_TOKEN="+testClusterToken, "RAFT_DIR="+nd.dir, "NODE_ID=n9")
+	if code == 0 || !strings.Contains(out, `NODE_ID \"n9\"`) || !strings.Contains(out, `belongs to node \"n1\"`) {
+		t.Fatalf("another NODE_ID on the RAFT_DIR: exit %d:\n%s", code, out)
+	}
+}

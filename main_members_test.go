@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +287,40 @@ func TestClusterRaftDirBelongsToOneNode(t *testing.T) {
 		"CLUSTER_TOKEN="+testClusterToken, "RAFT_DIR="+nd.dir, "NODE_ID=n9")
 	if code == 0 || !strings.Contains(out, `NODE_ID \"n9\"`) || !strings.Contains(out, `belongs to node \"n1\"`) {
 		t.Fatalf("another NODE_ID on the RAFT_DIR: exit %d:\n%s", code, out)
+	}
+}
+
+func TestClusterRecoverFromPeersJSON(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	leader := awaitLeader(t, nodes, 20*time.Second)
+	if got := raw(t, leader.Addr, lockFrame("kept")); got != '+' {
+		t.Fatalf("Lock: %q", got)
+	}
+	token := keyToken(t, leader.Web, "kept")
+	// Two nodes are lost for good; the quorum with them.
+	survivor := nodes[0]
+	for _, nd := range nodes[1:] {
+		nd.kill(t)
+	}
+	if err := survivor.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	peers := fmt.Sprintf(`[{"id":"n1","address":%q,"non_voter":false}]`, survivor.raft)
+	if err := os.WriteFile(filepath.Join(survivor.dir, "peers.json"), []byte(peers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	survivor.Restart(t)
+	awaitLeader(t, []*clusterNode{survivor}, 20*time.Second)
+	if !strings.Contains(survivor.Logs(), "recovered from peers.json") {
+		t.Fatalf("no recovery logged\n%s", survivor.Logs())
+	}
+	if _, err := os.Stat(filepath.Join(survivor.dir, "peers.json")); !os.IsNotExist(err) {
+		t.Fatalf("peers.json is still there: %v", err)
+	}
+	if got := keyToken(t, survivor.Web, "kept"); got != token {
+		t.Fatalf("the hold's token after the recovery: %d, want %d", got, token)
+	}
+	if got := raw(t, survivor.Addr, lockFrame("after")); got != '+' {
+		t.Fatalf("Lock after the recovery: %q", got)
 	}
 }

@@ -87,13 +87,16 @@ Environment:
   TLS_CERT, TLS_KEY  PEM files: both ports speak TLS only (reloaded on SIGHUP and on change)
   TLS_CLIENT_CA    PEM bundle: lock-port clients must show a certificate it signed
 
-Cluster (docs/cluster.md; without CLUSTER_PEERS the server is a single node):
+Cluster (docs/cluster.md; without CLUSTER_PEERS or CLUSTER_JOIN the server is a single node):
   CLUSTER_PEERS    id=host:port,... the first voters (the same on every node)
-  CLUSTER_TOKEN    16-127 bytes every cluster-port connection proves it knows
-  RAFT_DIR         raft's log, vote and snapshots (required in a cluster)
+  CLUSTER_JOIN     host:port of a member's web port: a node with no raft state asks to be added
+  CLUSTER_TOKEN    16-127 bytes every cluster-port connection (and a join) proves it knows
+  RAFT_DIR         raft's log, vote and snapshots (required in a cluster); peers.json there recovers
   NODE_ID          this node's id                        (default the host name)
   RAFT_ADDRESS     the cluster port                      (default :22121)
   RAFT_ADVERTISE   the address the other nodes dial      (default this node's CLUSTER_PEERS address)
+  RAFT_TLS_CERT, RAFT_TLS_KEY, RAFT_TLS_CA  PEM files: mutual TLS on the cluster port (all three)
+  DATA_PATH        in a cluster only to move a single node's log into a new cluster of one
   RAFT_HEARTBEAT_TIMEOUT  100ms..10s                     (default 500ms)
   RAFT_SNAPSHOT_THRESHOLD entries between snapshots      (default 8192)
   LEADER_WAIT      how long a connection waits for a leader (default 5s)

@@ -127,7 +127,9 @@ func (n *Node) changeWith(req callRequest, got func(callReply)) error {
 	if id == "" {
 		return ErrNoLeader
 	}
-	r, err := n.stream.callNode(addr, req, changeTimeout+time.Second)
+	// The leader's own call to a node it adds comes first (up to two
+	// heartbeat timeouts and a second), then the change.
+	r, err := n.stream.callNode(addr, req, changeTimeout+2*n.cfg.HeartbeatTimeout+2*time.Second)
 	if err != nil {
 		return fmt.Errorf("%w: the leader %q could not be reached: %w", ErrNoLeader, id, err)
 	}
@@ -163,6 +165,9 @@ func replyOf(err error) callReply {
 
 // serveCall answers a call from another node.
 func (n *Node) serveCall(req callRequest) callReply {
+	if !n.started.Load() {
+		return callReply{Code: "failed", Error: fmt.Sprintf("node %q is starting", n.cfg.NodeID)}
+	}
 	switch req.Op {
 	case "info":
 		return callReply{Info: n.selfInfo()}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -60,10 +61,12 @@ type Node struct {
 	members members
 	// hadState: raft state was on disk at the start.
 	hadState bool
-	// imported is closed once Config.Import is in the FSM (or at once
-	// without one); only the watcher writes importDone.
-	imported   chan struct{}
+	// importDone: no import is pending (or it is in the FSM); only the
+	// watcher reads and writes it after Start.
 	importDone bool
+	// started is set once raft is: calls on the cluster port, which
+	// opens first, are answered only then.
+	started atomic.Bool
 	// pending is the import of DATA_PATH's log still to be proposed
 	// (migrate.go); nil without one.
 	pending *Entry
@@ -97,8 +100,7 @@ func Start(c Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_DIR %s: open raft.db: %w", cfg.RaftDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{}),
-		imported: make(chan struct{})}
+	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{})}
 	n.verify.node = n
 	n.members.info = map[string]probed{}
 	if err := n.start(peers); err != nil {
@@ -149,10 +151,7 @@ func (n *Node) start(peers []Peer) error {
 	if err := n.prepareMigration(had, peers); err != nil {
 		return err
 	}
-	if n.pending == nil {
-		n.importDone = true
-		close(n.imported)
-	}
+	n.importDone = n.pending == nil
 	if had {
 		if err := recoverPeers(rc, n, snaps); err != nil {
 			return err
@@ -181,6 +180,7 @@ func (n *Node) start(peers []Peer) error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.started.Store(true)
 	return nil
 }
 
@@ -317,7 +317,6 @@ func (n *Node) watch() {
 					continue
 				}
 				n.importDone = true
-				close(n.imported)
 			}
 			leading, term = true, t
 			high := n.fsm.HighToken()

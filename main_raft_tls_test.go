@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/internal/lctest"
 	"github.com/locking-center/locking-center/tlsconf/tlstest"
 )
 
@@ -75,3 +78,30 @@ func TestClusterMutualTLS(t *testing.T) {
 }
 
 var nodes3 = []string{"n1", "n2", "n3"}
+
+func TestClusterJoinOverHTTPS(t *testing.T) {
+	ca := tlstest.NewCA(t, "web CA")
+	cert, key := ca.Issue(t, tlstest.Options{}).WriteFiles(t, t.TempDir(), "web")
+	webTLS := []string{"TLS_CERT=" + cert, "TLS_KEY=" + key}
+	n1 := &clusterNode{id: "n1", raft: lctest.FreePort(t), dir: t.TempDir()}
+	n1.process = spawnNode(t, append([]string{"NODE_ID=n1", "RAFT_ADDRESS=" + n1.raft, "CLUSTER_PEERS=n1=" + n1.raft,
+		"CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + n1.dir}, webTLS...)...)
+	n2 := joinNode(t, "n2", "https://"+n1.Web, webTLS...)
+	hc := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		var st fullStatus
+		resp, err := hc.Get("https://" + n1.Web + "/api/v1/cluster")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+		if err == nil && members(st) == "n1:voter,n2:voter" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n2 did not join over https: %v %+v\n%s", err, st, allLogs(n1, n2)())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -135,9 +135,11 @@ func TestClusterJoinTransferRemove(t *testing.T) {
 	// A fourth node joins through a follower's web port, with
 	// CLUSTER_TOKEN (it does not know WEB_PASSWORD); it is added as a
 	// non-voter and promoted once caught up.
+	joinStart := time.Now()
 	n4 := joinNode(t, "n4", follower.Web)
 	logs := allLogs(append(nodes, n4)...)
 	awaitMembers(t, leader.Web, "n1:voter,n2:voter,n3:voter,n4:voter", 30*time.Second, logs)
+	t.Logf("start of a joining node → voter: %v", time.Since(joinStart).Round(time.Millisecond))
 	if !strings.Contains(leader.Logs(), "added as a non-voter") || !strings.Contains(leader.Logs(), "promoted to voter") {
 		t.Fatalf("the leader did not add n4 as a non-voter, then promote it\n%s", leader.Logs())
 	}
@@ -172,7 +174,9 @@ func TestClusterJoinTransferRemove(t *testing.T) {
 			break
 		}
 	}
+	transferStart := time.Now()
 	code, body := webDo(t, http.MethodPost, asked.Web, "/api/v1/cluster/transfer", `{"id":"n4"}`)
+	t.Logf("transfer through a follower answered in %v", time.Since(transferStart).Round(time.Millisecond))
 	if code != http.StatusOK || !strings.Contains(body, `"leader":"n4"`) {
 		t.Fatalf("transfer to n4 through a follower: %d %s\n%s", code, body, logs())
 	}

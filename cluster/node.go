@@ -126,11 +126,10 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: snapshots: %w", cfg.RaftDir, err)
 	}
-	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, cfg.TLS)
+	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, n.serveCall, cfg.TLS)
 	if err != nil {
 		return err
 	}
-	stream.call = n.serveCall
 	n.stream = stream
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog.Named("net"),

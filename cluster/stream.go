@@ -115,13 +115,14 @@ func (s *streamLayer) untrack(c net.Conn) {
 
 // newStreamLayer listens on address; advertise is the address other nodes
 // dial (what raft names this node by).
-func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string), pt *PeerTLS) (*streamLayer, error) {
+func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string),
+	call func(callRequest) callReply, pt *PeerTLS) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_ADDRESS %q: %w", address, err)
 	}
 	s := &streamLayer{
-		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, tls: pt,
+		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, call: call, tls: pt,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
 	}

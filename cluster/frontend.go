@@ -490,7 +490,7 @@ func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
 		// The client's bytes to the leader; its half-close is passed on,
 		// so that a client that shuts its side down still gets its answer.
 		_, err := io.Copy(up, c)
-		if tc, ok := up.(*net.TCPConn); ok && err == nil {
+		if tc, ok := up.(interface{ CloseWrite() error }); ok && err == nil {
 			_ = tc.CloseWrite()
 			return
 		}

@@ -86,7 +86,12 @@ type config struct {
 	auth        string
 	logger      *slog.Logger
 	tls         *tls.Config // nil: plain TCP (WithTLS)
-	// dial replaces the session's dialer in the package's tests.
+	res         *net.Resolver
+	// endpoints is the address list (setAddresses); addrErr, when the
+	// list did not parse, is what every connection attempt returns.
+	endpoints []endpoint
+	addrErr   error
+	// dial replaces the dialer in the package's tests.
 	dial func(ctx context.Context, address string) (net.Conn, error)
 }
 
@@ -101,9 +106,19 @@ type Option func(*config)
 // bytes). Without it the server uses the client's IP address.
 func WithSource(source string) Option { return func(c *config) { c.source = source } }
 
-// WithDialTimeout bounds each connection attempt, and for a session each
-// open or resume exchange (default 5s).
+// WithDialTimeout bounds each connection attempt at one address: the
+// name's lookup, the TCP connect and the TLS handshake, and for a session
+// the open or resume exchange too (default 5s; 0: only ctx bounds it).
+// With an address list, an attempt that fails or times out goes on to the
+// next address. The default leaves a cluster's follower time to find a
+// new leader (it holds a connection up to LEADER_WAIT for one) while a
+// dead address costs a bounded time.
 func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithResolver resolves the names of the address list with r instead of
+// net.DefaultResolver (for a resolver of one's own: a DNS server that is
+// not the system's, or a test's).
+func WithResolver(r *net.Resolver) Option { return func(c *config) { c.res = r } }
 
 // WithTTL asks for a session TTL; the server clamps it to 1s … 10 min, and
 // 0, the default, asks for the server's SESSION_TTL. Session only.
@@ -117,13 +132,19 @@ func WithAuthToken(token string) Option { return func(c *config) { c.auth = toke
 // grant released, session lost (default: none). Session only.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// New returns a client of the server at address (HOST:PORT).
+// New returns a client of the server at address: HOST:PORT, or the
+// nodes of a cluster as a comma-separated list ("a:22119,b:22119"), a
+// HOST being an IP or a DNS name with one or several records. Each call
+// tries the addresses in random order until one connects, and sends its
+// frame on that connection only: a frame that was sent is never sent
+// again, to that node or another. An address that does not parse makes
+// every call return ErrUnreachable saying why.
 func New(address string, opts ...Option) *Client {
-	c := &Client{address: address, config: defaultConfig()}
+	c := &Client{config: defaultConfig()}
 	for _, o := range opts {
 		o(&c.config)
 	}
-	c.forAddress(address)
+	c.setAddresses(address)
 	return c
 }
 
@@ -243,21 +264,9 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 	var buf [protocol.MaxFrame]byte
 	frame, _ := f.Append(buf[:0]) // Valid checked the lengths
 
-	dctx := ctx
-	if c.dialTimeout > 0 {
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(ctx, c.dialTimeout)
-		defer cancel()
-	}
-	conn, err := c.dialer.DialContext(dctx, "tcp", c.address)
-	if err == nil {
-		conn, err = c.handshake(dctx, conn)
-	}
+	conn, err := c.dialAny(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		return 0, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return 0, err
 	}
 	defer conn.Close()
 	// Giving up hangs up: the server reads the end of the stream and
@@ -297,6 +306,30 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 		return 0, c.lost(ctx, a, err)
 	}
 	return ans[0], nil
+}
+
+// dialAny connects to the first address of a round that answers: one
+// round, each address once, in random order. Nothing has been sent when it
+// fails, so trying the next address is always safe.
+func (c *Client) dialAny(ctx context.Context) (net.Conn, error) {
+	targets, err := c.targets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, t := range targets {
+		actx, cancel := c.attempt(ctx)
+		conn, err := c.connect(ctx, actx, &c.dialer, t)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	return nil, joinUnreachable(errs)
 }
 
 // lost is the error of a request whose frame may have reached the server

@@ -52,7 +52,7 @@ func TestAddressListDeadEntry(t *testing.T) {
 	}
 	dead2 := deadAddress(t)
 	for _, err := range []error{
-		client.New(dead + "," + dead2).TryLock(ctx, "k"),
+		client.New(dead+","+dead2).TryLock(ctx, "k"),
 		func() error { _, err := client.NewSession(ctx, dead+","+dead2); return err }(),
 	} {
 		if !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), dead2) {

@@ -26,6 +26,13 @@
 //		return closeTheMonth(ctx, token) // ctx ends if the session is lost
 //	})
 //
+// Either takes a cluster's nodes instead of one address: a
+// comma-separated list ("lc1:22119,lc2:22119,lc3:22119"), or a DNS name
+// with several records. Every node proxies to the leader, so each
+// connection goes to any node that answers, tried in random order, each
+// attempt bounded by WithDialTimeout; a session that loses its node
+// resumes through another within its TTL.
+//
 // Either speaks TLS with WithTLS (a *tls.Config, or TLSFiles' Config from
 // PEM files), for a server started with TLS_CERT and TLS_KEY; the
 // protocols inside are the same.
@@ -70,10 +77,9 @@ var (
 // DefaultAddress is the server's default lock port.
 const DefaultAddress = "localhost:22119"
 
-// Client talks to one server. It holds no connection between calls and is
-// safe for concurrent use.
+// Client talks to one server, or to any node of a cluster. It holds no
+// connection between calls and is safe for concurrent use.
 type Client struct {
-	address string
 	config
 	dialer net.Dialer
 }

@@ -97,12 +97,11 @@ var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
 //
 // A Session is safe for use by many goroutines.
 type Session struct {
-	address string
-	cfg     config
-	dialer  net.Dialer
-	log     *slog.Logger
-	id      uint64
-	ttl     time.Duration
+	cfg    config
+	dialer net.Dialer
+	log    *slog.Logger
+	id     uint64
+	ttl    time.Duration
 
 	// ctx is cancelled, with the reason as its cause, when the session
 	// ends; every goroutine of the session ends with it.
@@ -205,7 +204,6 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, protocol.ErrFieldTooLong)
 	}
 	s := &Session{
-		address:  address,
 		cfg:      cfg,
 		dialer:   net.Dialer{KeepAliveConfig: sessionKeepAlive},
 		log:      cfg.logger,
@@ -259,9 +257,11 @@ func (s *Session) Err() error {
 // Lock returns ctx's error at once; if the grant crossed the Cancel, the
 // session unlocks it (by its token) as soon as the answer comes. Lock
 // returns ErrReset when the key or this source was reset while waiting,
-// ErrDisconnected when the connection dropped while it waited, and an
-// error wrapping ErrSessionLost or ErrSessionClosed once the session
-// ended.
+// and an error wrapping ErrSessionLost or ErrSessionClosed once the
+// session ended. A dropped connection does not fail it: the session
+// resumes (through any node of a cluster) and reissues it with its id, so
+// it goes on waiting, or returns the grant the server made before the
+// drop.
 func (s *Session) Lock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("lock: %w", err)

@@ -127,7 +127,7 @@ func (c *config) targets(ctx context.Context) ([]target, error) {
 			add(net.JoinHostPort(ep.host, ep.port), ep)
 			continue
 		}
-		lctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
+		lctx, cancel := c.attempt(ctx)
 		ips, err := c.resolver().LookupNetIP(lctx, "ip", ep.host)
 		cancel()
 		if err != nil {

@@ -78,11 +78,11 @@ var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
 // address of its list (a cluster's node that stops leading closes its
 // connections: any other node takes the session back), with a jittered,
 // growing back-off between rounds, as long as the TTL allows; requests
-// made meanwhile wait for the new connection. A Lock or TryLock that was waiting on the
-// lost connection is reissued with its id after the resume: the server
-// answers a grant it made for that request before the drop at once, with
-// its token (Reissue, docs/protocol.md), and otherwise carries the
-// request out anew, so the caller just goes on waiting. The id of a grant
+// made meanwhile wait for the new connection. A Lock or TryLock that was
+// waiting on the lost connection is reissued with its id after the
+// resume: the server answers a grant it made for that request before the
+// drop at once, with its token (Reissue, docs/protocol.md), and otherwise
+// carries the request out anew, so the caller just goes on waiting. The id of a grant
 // the program holds is never given to another request while it holds it.
 // A Lock or TryLock that the caller gave up on may have been granted: the
 // session unlocks such a grant, so that none is left held by nobody.
@@ -93,7 +93,8 @@ var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
 // send, and a server (or a cluster's new leader) never releases a
 // session's holds sooner than one TTL after its last frame, so the
 // session always knows itself lost before its holds can go to another.
-// Done is then closed, Err wraps ErrSessionLost, and every call fails. Close ends it on purpose. Either way the session's goroutines end.
+// Done is then closed, Err wraps ErrSessionLost, and every call fails.
+// Close ends it on purpose. Either way the session's goroutines end.
 //
 // A Session is safe for use by many goroutines.
 type Session struct {

@@ -237,7 +237,7 @@ func TestClusterClientSessionSurvivesLeaderKill(t *testing.T) {
 // sent. A session's Lock, then its TryLock (the killed node restarted in
 // between), resume through another node and reissue with their ids: each
 // gets its grant's token at once, and does not wait behind its own hold.
-// A v1 Lock lost that way returns ErrUnreachable and is not sent again:
+// A v1 Lock lost that way returns ErrOutcomeUnknown and is not sent again:
 // its grant stays held by nobody who knows (SPEC §8.5), and nobody waits.
 func TestClusterClientLostAnswerFoundByReissue(t *testing.T) {
 	const prefix = "lost-answer-"
@@ -303,8 +303,8 @@ func TestClusterClientLostAnswerFoundByReissue(t *testing.T) {
 	v1 := client.New(addrList(nodes))
 	key := prefix + "go-v1"
 	_, err = lose(key, func() (uint64, error) { return 0, v1.Lock(ctx, key) })
-	if !errors.Is(err, client.ErrUnreachable) {
-		t.Fatalf("v1 Lock whose answer was lost: %v; want ErrUnreachable (not sent again)", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("v1 Lock whose answer was lost: %v; want ErrOutcomeUnknown and ErrUnreachable (not sent again)", err)
 	}
 	if err := v1.ResetByKey(ctx, key); err != nil {
 		t.Fatalf("reset of the ambiguous v1 grant: %v", err)

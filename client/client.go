@@ -38,9 +38,13 @@
 // protocols inside are the same.
 //
 // Guarantees of both: a request that was not sent is never reported as
-// done; an Unlock or reset whose answer was lost is never sent again, it
-// returns ErrOutcomeUnknown; a call that returns an error from Lock or
-// TryLock leaves nothing held; Do unlocks when its function panics.
+// done; a request whose answer was lost is never sent again blindly; an
+// Unlock or reset whose answer was lost returns ErrOutcomeUnknown; a
+// Session's Lock or TryLock is reissued with its id after the resume
+// (SPEC's Reissue), and a Client's (v1) Lock or TryLock whose answer was
+// lost returns ErrOutcomeUnknown too, the key perhaps granted to nobody
+// who knows (reset or unlock it); any other error from Lock or TryLock
+// leaves nothing held; Do unlocks when its function panics.
 package client
 
 import (
@@ -160,7 +164,10 @@ func (c *Client) Source() string { return c.source }
 // Lock waits until key is granted. It returns ErrReset when the server
 // refused (reset while waiting), ErrUnreachable, or ctx's error when ctx
 // ended first; the client then hangs up and the server withdraws the
-// waiter, and a grant that crossed the hang-up is unlocked again.
+// waiter, and a grant that crossed the hang-up is unlocked again. When the
+// connection breaks after the frame was sent (the node died, or stopped
+// leading), it returns ErrOutcomeUnknown with ErrUnreachable: the key may
+// have been granted, and is then held until someone unlocks or resets it.
 func (c *Client) Lock(ctx context.Context, key string) error {
 	a, err := c.do(ctx, protocol.Lock, key, c.source)
 	if err != nil {
@@ -339,15 +346,18 @@ func (c *Client) dialAny(ctx context.Context) (net.Conn, error) {
 }
 
 // lost is the error of a request whose frame may have reached the server
-// but whose answer did not come. For Unlock and the resets it says that
-// the outcome is unknown: they must not be sent again blindly.
+// but whose answer did not come (the connection broke: a node died, or
+// stopped leading): the outcome is unknown, and the frame is not sent
+// again. A Lock or TryLock may have been granted — a v1 grant held by
+// nobody who knows, until a reset or an Unlock of the key; an Unlock or a
+// reset may have taken effect, and sending it again could release a
+// later holder's grant. Only ctx's end is reported as itself.
 func (c *Client) lost(ctx context.Context, a protocol.Action, err error) error {
 	err = c.broken(ctx, err)
-	switch a {
-	case protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	if ctx.Err() != nil {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 // hangUpGrace is how long a request given up still reads after closing

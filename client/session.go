@@ -25,8 +25,10 @@ var (
 	ErrNotHeld = fmt.Errorf("%w: this session does not hold that grant", ErrRefused)
 	// ErrOutcomeUnknown is returned by an Unlock or a reset whose frame
 	// may have reached the server but whose answer never came (the
-	// connection broke, or ctx ended after it was sent): it may or may not
-	// have taken effect. The request is never sent again blindly. For a
+	// connection broke, or ctx ended after it was sent), and by a v1
+	// Client's Lock or TryLock whose connection broke after it was sent:
+	// it may or may not have taken effect. The request is never sent
+	// again blindly. For a
 	// session's Unlock, the grant is settled after the resume by an Unlock
 	// naming its token, which cannot release anything but that grant; a
 	// Client's Unlock names no grant, so nothing is sent again.

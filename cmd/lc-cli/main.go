@@ -368,6 +368,12 @@ func (a *app) describe(op, key string, err error) error {
 	case errors.As(err, &verr):
 		return withCode(exitServer, "%s %s: the lock server at %s showed a certificate lc-cli does not trust: %s (see --tls-ca and --tls-server-name)",
 			op, printable(key), a.address, rootCause(err))
+	case errors.Is(err, client.ErrOutcomeUnknown) && (op == "lock" || op == "trylock" || op == "wait"):
+		return withCode(exitServer, "%s %s: sent, but the server at %s did not answer (%s): %s may have been granted, held by nobody who knows; not sent again (see 'lc-cli keys'; 'lc-cli unlock %s' releases it)",
+			op, printable(key), a.address, rootCause(err), printable(key), printable(key))
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return withCode(exitServer, "%s %s: sent, but the server at %s did not answer (%s): it may or may not have taken effect; not sent again",
+			op, printable(key), a.address, rootCause(err))
 	case errors.Is(err, client.ErrUnreachable) && a.tls != nil:
 		return withCode(exitServer, "%s %s: cannot reach the lock server at %s over TLS: %s (is it running, with TLS_CERT? a server with TLS_CLIENT_CA needs --tls-cert and --tls-key)",
 			op, printable(key), a.address, rootCause(err))

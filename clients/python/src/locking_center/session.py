@@ -603,7 +603,7 @@ class AsyncSession:
         except TimeoutError:
             if timeout_error is LockTimeoutError:
                 raise LockTimeoutError("not granted within %gs" % timeout) from None  # type: ignore[str-format]
-            if c.sent and timeout_error is OutcomeUnknownError:
+            if (c.sent or c.reissue) and timeout_error is OutcomeUnknownError:
                 raise OutcomeUnknownError("no answer within %gs; the request may have taken effect" % timeout) from None  # type: ignore[str-format]
             raise UnreachableError("no answer within %gs" % timeout) from None  # type: ignore[str-format]
 

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 
-import { LockTimeoutError, SessionAction, openSession } from '../index.js';
+import { LockTimeoutError, OutcomeUnknownError, SessionAction, openSession } from '../index.js';
 
 const SESSION_ID = 0x0123456789abcdefn;
 
@@ -136,6 +136,38 @@ test('a grant that crossed the Cancel is unlocked by its token', { timeout: 2000
   req = await c.next();
   assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 42n, 'abc']); // given back by its token
   c.answer(req.id, '+', 42n);
+  await closeSession(s, c);
+  await f.close();
+});
+
+test('an unlock lost with the connection is not known, and a tryLock is reissued', { timeout: 20000 }, async () => {
+  const f = await fake();
+  const opening = openSession({ address: f.address });
+  let c = await f.conn();
+  c.answerOpen();
+  const s = await opening;
+  const locking = s.lock('abc');
+  let req = await c.next();
+  c.answer(req.id, '+', 5n);
+  const grant = await locking;
+  const unknown = assert.rejects(grant.unlock(), OutcomeUnknownError); // never sent again as such
+  req = await c.next();
+  assert.deepEqual([req.action, req.token], [SessionAction.UNLOCK, 5n]);
+  const trying = s.tryLock('xyz');
+  const first = await c.next();
+  assert.deepEqual([first.action, first.key], [SessionAction.TRY_LOCK, 'xyz']);
+  c.socket.destroy(); // both answers lost
+  await unknown;
+  c = await f.conn();
+  c.answerOpen();
+  req = await c.next();
+  // The grant is settled by an Unlock naming its token: it can release that grant only.
+  assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 5n, 'abc']);
+  c.answer(req.id, '-'); // it had been released
+  req = await c.next();
+  assert.deepEqual([req.action, req.id, req.key], [SessionAction.TRY_LOCK, first.id, 'xyz']); // reissued with its id
+  c.answer(req.id, '#');
+  assert.equal(await trying, null);
   await closeSession(s, c);
   await f.close();
 });

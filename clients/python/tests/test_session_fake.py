@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from locking_center import AsyncSession, LockTimeoutError
+from locking_center import AsyncSession, LockTimeoutError, OutcomeUnknownError
 from locking_center import _protocol as proto
 
 SESSION_ID = 0x0123456789ABCDEF
@@ -139,6 +139,47 @@ def test_a_grant_that_crossed_the_cancel_is_unlocked_by_its_token():
         action, cid, token, key = await fake.request(reader)
         assert (action, token, key) == (proto.SessionAction.UNLOCK, 42, b"abc")  # given back by its token
         writer.write(cid.to_bytes(4, "big") + b"+" + (42).to_bytes(8, "big"))
+        closing = asyncio.create_task(s.close())
+        action, cid, _, _ = await fake.request(reader)
+        assert action == proto.SessionAction.CLOSE
+        writer.write(cid.to_bytes(4, "big") + b"+" + bytes(8))
+        writer.close()
+        await closing
+        await fake.close()
+
+    run(main())
+
+
+def test_an_unlock_lost_with_the_connection_is_not_known_and_a_try_lock_is_reissued():
+    async def main():
+        fake = await Fake().start()
+        s = AsyncSession(fake.address)
+        opening = asyncio.create_task(s.open())
+        _, reader, writer = await fake.conns.get()
+        fake.answer_open(writer)
+        await opening
+        lock = asyncio.create_task(s.lock("abc"))
+        _, cid, _, _ = await fake.request(reader)
+        writer.write(cid.to_bytes(4, "big") + b"+" + (5).to_bytes(8, "big"))
+        grant = await lock
+        unlock = asyncio.create_task(grant.unlock())
+        assert (await fake.request(reader))[0::2] == (proto.SessionAction.UNLOCK, 5)
+        try_lock = asyncio.create_task(s.try_lock("xyz"))
+        action, try_id, _, key = await fake.request(reader)
+        assert (action, key) == (proto.SessionAction.TRY_LOCK, b"xyz")
+        writer.transport.abort()  # both answers lost
+        with pytest.raises(OutcomeUnknownError):
+            await unlock  # never sent again as such
+        _, reader, writer = await fake.conns.get()
+        fake.answer_open(writer)
+        action, cid, token, key = await fake.request(reader)
+        # The grant is settled by an Unlock naming its token: it can release that grant only.
+        assert (action, token, key) == (proto.SessionAction.UNLOCK, 5, b"abc")
+        writer.write(cid.to_bytes(4, "big") + b"-" + bytes(8))  # it had been released
+        action, cid, token, key = await fake.request(reader)
+        assert (action, cid, key) == (proto.SessionAction.TRY_LOCK, try_id, b"xyz")  # reissued with its id
+        writer.write(cid.to_bytes(4, "big") + b"#" + bytes(8))
+        assert await try_lock is None
         closing = asyncio.create_task(s.close())
         action, cid, _, _ = await fake.request(reader)
         assert action == proto.SessionAction.CLOSE

@@ -419,7 +419,9 @@ export class Session {
    * Waits for the key in FIFO order behind every earlier waiter (this
    * session's own included: a key it holds is not re-entered) and holds it.
    * Rejects with ResetWhileWaitingError, LockTimeoutError (options.timeout
-   * ms), options.signal's reason, DisconnectedError, SessionLostError.
+   * ms), options.signal's reason, SessionLostError. A Lock waiting when the
+   * connection drops goes on waiting: it is reissued with its id after the
+   * resume (a grant made for it before the drop is returned at once).
    * Whenever it rejects, nothing is held.
    */
   async lock(key, options = {}) {

@@ -452,7 +452,9 @@ class AsyncSession:
             a grant that crossed it is unlocked again: an error means nothing
             is held.
         :raises ResetWhileWaitingError: the key or this source was reset meanwhile.
-        :raises DisconnectedError: the connection dropped while the Lock waited.
+        A Lock waiting when the connection drops goes on waiting: it is
+        reissued with its id after the resume (a grant made for it before
+        the drop is returned at once).
         :raises SessionLostError: the session was lost.
         """
         raw = proto.encode_key(key)

@@ -133,6 +133,24 @@ describe('cluster', () => {
     assert.ok((await keyOnLeader(key)) !== null);
     await h.unlock();
     assert.equal(await keyOnLeader(key), null);
+    // Through that one address, a session rides through a kill of the leader
+    // too: the follower drops the forwarded connection, and the session
+    // resumes through it on the new leader.
+    const t = await openSession({ address: follower, ttl: 10000 });
+    try {
+      const held = await t.lock(key);
+      await call('/kill-leader', 'POST');
+      const probe = await t.tryLock(`${key}-probe`);
+      assert.ok(probe !== null);
+      await probe.unlock();
+      const info = await keyOnLeader(key);
+      assert.equal(BigInt(info.token), held.token);
+      assert.equal(info.session, hexId(t));
+      await held.unlock();
+    } finally {
+      await t.close();
+      await call('/restart', 'POST');
+    }
   });
 
   it('a list of addresses connects to any that answers', async () => {

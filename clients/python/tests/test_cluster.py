@@ -173,6 +173,21 @@ def test_a_followers_address_alone_works(cluster):
     async def main():
         async with AsyncClient(follower).lock(key):
             pass
+        # Through that one address, a session rides through a kill of the
+        # leader too: the follower drops the forwarded connection, and the
+        # session resumes through it on the new leader.
+        async with AsyncSession(follower, ttl=10) as s:
+            g = await s.lock(key)
+            try:
+                await asyncio.to_thread(ctl.call, "/kill-leader", "POST")
+                probe = await s.try_lock(key + "-probe")
+                assert probe is not None
+                await probe.unlock()
+                info = ctl.key(key)
+                assert info["token"] == g.token and info["session"] == "%016x" % s.id, info
+                await g.unlock()
+            finally:
+                await asyncio.to_thread(ctl.call, "/restart", "POST")
 
     run(main())
 

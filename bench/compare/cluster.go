@@ -379,17 +379,13 @@ func (s *servers) startLCCluster(ctx context.Context, bin string) (*cluster, err
 	if _, err := c.awaitLeader(ctx, c.all(), 60*time.Second); err != nil {
 		return nil, err
 	}
-	next := 0
-	var mu sync.Mutex // guards next
 	s.systems["lc-cluster"] = &system{
 		name: "lc-cluster", durable: true, shared: true, cluster: true,
 		what: "Locking-Center cluster of 3 nodes (raft, RAFT_DIR on disk, default timeouts), a session per client, the clients spread over the three nodes' lock ports (a follower forwards to the leader); in M one session through one node",
+		// Client i through node i mod 3: B's and D's clients evenly
+		// over the three, whichever leads.
 		connect: func(ctx context.Context, id int) (client, error) {
-			mu.Lock()
-			addr := lock[next%clusterSize]
-			next++
-			mu.Unlock()
-			return sessionConnect(addr, nil)(ctx, id)
+			return sessionConnect(lock[id%clusterSize], nil)(ctx, id)
 		},
 	}
 	return c, nil

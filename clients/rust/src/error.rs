@@ -52,6 +52,10 @@ pub enum Error {
     /// The session was closed by [`crate::Session::close`] (or the last
     /// handle was dropped); its holds were released.
     SessionClosed,
+    /// A TLS configuration could not be built: a file that cannot be read
+    /// or holds no certificate or key, a key that does not fit its
+    /// certificate. (A failed handshake is [`Error::Unreachable`].)
+    TlsConfig(String),
 }
 
 /// Why a session was lost.
@@ -116,6 +120,7 @@ impl fmt::Display for Error {
             Error::OutcomeUnknown => f.write_str("answer lost: the outcome is unknown"),
             Error::SessionLost(r) => write!(f, "session lost: {r}; its holds are gone"),
             Error::SessionClosed => f.write_str("session closed"),
+            Error::TlsConfig(why) => write!(f, "TLS configuration: {why}"),
         }
     }
 }

@@ -8,10 +8,14 @@
 //!   future) sends Cancel; if the grant crosses the Cancel it is released by
 //!   its token, so an error from a Lock always means nothing is held.
 //! - Ping goes out whenever nothing was sent for a third of the TTL.
-//! - A dropped connection is resumed with a growing back-off as long as the
-//!   TTL allows; calls pending on it fail with [`Error::Disconnected`] (an
-//!   Unlock or a reset with [`Error::OutcomeUnknown`]) and after the resume
-//!   the session releases any grant that was lost with the connection.
+//! - A dropped connection is resumed, through any of the session's
+//!   addresses (in random order), with a growing back-off as long as the
+//!   TTL allows (counted from the send time of the last answered request).
+//!   Pending Locks and TryLocks are reissued with their old ids, so a grant
+//!   whose answer was lost is returned, not waited for (Reissue); an Unlock
+//!   or a reset pending on it fails with [`Error::OutcomeUnknown`] and is
+//!   never resent blindly; after the resume the session releases any grant
+//!   nobody owns.
 //! - When the session is lost (the resume refused, the TTL passed), every
 //!   pending and later call fails with [`Error::SessionLost`], and
 //!   [`Session::lost`] / [`Session::wait_lost`] report it.

@@ -36,10 +36,10 @@ pub enum Error {
     Cancelled,
     /// The server answered a byte this action never gets.
     UnexpectedAnswer(u8),
-    /// A session request was sent on a connection that broke before its
-    /// answer came. The session resumes on its own; the call may be made
-    /// again. A Lock or TryLock that fails so holds nothing (a grant the
-    /// server made meanwhile is given back after the resume).
+    /// A session request (a Close, a Ping) was sent on a connection that
+    /// broke before its answer came. The session resumes on its own; the
+    /// call may be made again. A pending Lock or TryLock is not failed so:
+    /// it is reissued with its id after the resume (Reissue).
     Disconnected,
     /// An Unlock or a reset whose frame may have reached the server but
     /// whose answer never came: it may or may not have taken effect. It is

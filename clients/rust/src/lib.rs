@@ -6,7 +6,10 @@
 //!   task, holds that end with their holder (a crashed program's keys are
 //!   released one TTL later), a fencing token with every grant, blocking
 //!   and async methods, automatic Ping and resume, and a signal when the
-//!   session is lost ([`Session::lost`]).
+//!   session is lost ([`Session::lost`]). Give it every node of a cluster
+//!   (`"a:22119,b:22119,c:22119"`): it opens on any that answers and rides
+//!   through a failover, reissuing its pending Locks. TLS with the `tls`
+//!   feature (`SessionBuilder::tls`).
 //! - A [`Client`]: the v1 protocol, one request per TCP connection. Its
 //!   holds have no owner: a key stays held until it is unlocked or reset,
 //!   even after the program dies.

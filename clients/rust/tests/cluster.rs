@@ -276,4 +276,10 @@ fn a_list_with_dead_addresses_opens_on_a_live_one() {
             .expect("open through the live addresses");
         s.close().unwrap();
     }
+    // The v1 client too: each request tries the next address when one refuses.
+    let v1 = Client::new(format!("{},{addrs}", dead.join(",")));
+    let key = unique_key("v1-list");
+    for _ in 0..5 {
+        v1.lock(&key).unwrap().unlock().unwrap();
+    }
 }

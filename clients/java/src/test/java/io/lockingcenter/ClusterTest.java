@@ -231,5 +231,14 @@ class ClusterTest {
                 assertTrue(s.isOpen());
             }
         }
+        // The v1 client too: each request tries the next address when one refuses.
+        LockingCenter v1 = LockingCenter.builder().address(String.join(",", list)).build();
+        String k = key("v1-list");
+        for (int i = 0; i < 5; i++) {
+            v1.lock(k);
+            v1.unlock(k);
+            v1.lockAsync(k).get(10, TimeUnit.SECONDS);
+            v1.unlockAsync(k).get(10, TimeUnit.SECONDS);
+        }
     }
 }

@@ -11,15 +11,19 @@ use locking_center::{Client, Error, Session, SessionGuard};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The cluster's addresses and control API, or `None` (skipped loudly;
-/// a failure under CI=true).
-fn cluster(test: &str) -> Option<(String, String)> {
+/// One test at a time: a kill of the leader (or the lost answer's) would
+/// break the requests of a test running beside it.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The cluster's addresses and control API, with the lock that keeps the
+/// tests apart, or `None` (skipped loudly; a failure under CI=true).
+fn cluster(test: &str) -> Option<(String, String, MutexGuard<'static, ()>)> {
     match (env("LC_TEST_CLUSTER"), env("LC_TEST_CLUSTER_CONTROL")) {
-        (Some(a), Some(c)) => Some((a, c)),
+        (Some(a), Some(c)) => Some((a, c, SERIAL.lock().unwrap_or_else(|e| e.into_inner()))),
         _ => {
             assert!(
                 env("CI").as_deref() != Some("true"),
@@ -96,7 +100,8 @@ fn open(addrs: &str, source: &str) -> Session {
 
 #[test]
 fn a_session_rides_through_a_kill_of_the_leader() {
-    let Some((addrs, ctl)) = cluster("a_session_rides_through_a_kill_of_the_leader") else {
+    let Some((addrs, ctl, _serial)) = cluster("a_session_rides_through_a_kill_of_the_leader")
+    else {
         return;
     };
     control(&ctl, "POST", "/await-leader");
@@ -195,7 +200,7 @@ fn a_session_rides_through_a_kill_of_the_leader() {
 
 #[test]
 fn a_lock_whose_answer_is_lost_is_reissued_and_returns_its_grant() {
-    let Some((addrs, ctl)) =
+    let Some((addrs, ctl, _serial)) =
         cluster("a_lock_whose_answer_is_lost_is_reissued_and_returns_its_grant")
     else {
         return;
@@ -229,7 +234,7 @@ fn a_lock_whose_answer_is_lost_is_reissued_and_returns_its_grant() {
 
 #[test]
 fn a_follower_address_alone_works() {
-    let Some((_, ctl)) = cluster("a_follower_address_alone_works") else {
+    let Some((_, ctl, _serial)) = cluster("a_follower_address_alone_works") else {
         return;
     };
     let nodes = control(&ctl, "POST", "/await-leader");
@@ -258,7 +263,8 @@ fn a_follower_address_alone_works() {
 
 #[test]
 fn a_list_with_dead_addresses_opens_on_a_live_one() {
-    let Some((addrs, _)) = cluster("a_list_with_dead_addresses_opens_on_a_live_one") else {
+    let Some((addrs, _, _serial)) = cluster("a_list_with_dead_addresses_opens_on_a_live_one")
+    else {
         return;
     };
     // Two addresses where nothing listens, then the cluster: whatever the

@@ -1128,7 +1128,8 @@ impl Shared {
     /// calls.
     fn disconnected(&self, st: &mut State) {
         let mut pending: Vec<(u32, Handle64)> = st.pending.drain().collect();
-        pending.sort_by_key(|&(_, h)| st.calls.get(&h).map(|c| c.sent_at));
+        // Handles grow with each call made: the order the program asked in.
+        pending.sort_by_key(|&(_, h)| h);
         let mut reissue = Vec::new();
         for (id, h) in pending {
             let Some(c) = st.calls.get_mut(&h) else {
@@ -1187,8 +1188,8 @@ impl Shared {
         }
         let calls = &st.calls;
         st.queue.retain(|h| calls.contains_key(h));
-        // The reissues go first, in the order they were first sent, so
-        // that they keep their place before what was asked after them.
+        // The reissues go first, in the order they were made, so that
+        // they keep their place before what was asked after them.
         for h in reissue.into_iter().rev() {
             st.queue.push_front(h);
         }

@@ -2,10 +2,14 @@
 # Runs the Java client's JUnit suite with Maven (see clients/run-tests for the convention), then
 # checks the package the way a user consumes it. The suite: the shared vectors ($LC_VECTORS),
 # client behaviour against loopback stand-ins, and, when $LC_TEST_ADDRESS is set, conformance and
-# sessions against the real server (servers of its own from $LC_SERVER_BIN for restarts and expiry).
+# sessions against the real server (servers of its own from $LC_SERVER_BIN for restarts and expiry);
+# with $LC_TEST_CLUSTER / $LC_TEST_CLUSTER_CONTROL a 3-node cluster (failover, lost answer, a
+# follower's address), with $LC_TEST_TLS_ADDRESS / $LC_TEST_MTLS_ADDRESS / $LC_TEST_TLS_DIR TLS
+# (skipped without them, failed under CI=true).
 # The package check: `mvn install` (jar, -sources and -javadoc jars, a POM with licence, url, scm),
 # then a fresh Maven project that depends on io.lockingcenter:locking-center as the README says and
-# runs the README's quick start verbatim against the server. Last line: the counts.
+# runs the README's quick start, cluster and TLS examples verbatim against the server, the cluster
+# and the mutual-TLS server. Last line: the counts.
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -70,6 +74,8 @@ package_check() {
   mkdir -p "$app/src/main/java"
   awk '/^<!-- dependency -->/{f=1;next} /^<!-- \/dependency -->/{f=0} f && !/^```/' README.md >"$work/dependency.xml"
   awk '/^<!-- quickstart -->/{f=1;next} /^<!-- \/quickstart -->/{f=0} f && !/^```/' README.md >"$app/src/main/java/Quickstart.java"
+  awk '/^<!-- cluster -->/{f=1;next} /^<!-- \/cluster -->/{f=0} f && !/^```/' README.md >"$app/src/main/java/Cluster.java"
+  awk '/^<!-- tls -->/{f=1;next} /^<!-- \/tls -->/{f=0} f && !/^```/' README.md >"$app/src/main/java/TlsExample.java"
   grep -q '<artifactId>locking-center</artifactId>' "$work/dependency.xml" || { echo "package: no dependency block in the README"; return 1; }
   grep -q 'class Quickstart' "$app/src/main/java/Quickstart.java" || { echo "package: no quick start in the README"; return 1; }
   {
@@ -91,7 +97,20 @@ package_check() {
     echo "$out" | sed 's/^/quickstart: /'
     grep -q '^holding reports/daily with token [0-9][0-9]*$' <<<"$out" || { echo "package: unexpected quick start output"; return 1; }
   fi
-  echo "package: installed $version (jar, sources, javadoc; POM with licence, url, scm); a fresh project built and ran the quick start"
+  if [ -n "${LC_TEST_CLUSTER:-}" ]; then
+    out=$(cd "$app" && LC_ADDRESS=$LC_TEST_CLUSTER timeout 60 java -cp "target/classes:$dir/locking-center-$version.jar" Cluster 2>&1) \
+      || { echo "$out"; echo "package: the cluster example failed"; return 1; }
+    echo "$out" | sed 's/^/cluster example: /'
+    grep -q '^holding reports/daily with token [0-9][0-9]*$' <<<"$out" || { echo "package: unexpected cluster example output"; return 1; }
+  fi
+  if [ -n "${LC_TEST_MTLS_ADDRESS:-}" ] && [ -n "${LC_TEST_TLS_DIR:-}" ]; then
+    out=$(cd "$app" && LC_ADDRESS=$LC_TEST_MTLS_ADDRESS LC_TLS_CA=$LC_TEST_TLS_DIR/ca.pem LC_TLS_CERT=$LC_TEST_TLS_DIR/client.pem \
+      LC_TLS_KEY=$LC_TEST_TLS_DIR/client-key.pem timeout 60 java -cp "target/classes:$dir/locking-center-$version.jar" TlsExample 2>&1) \
+      || { echo "$out"; echo "package: the TLS example failed"; return 1; }
+    echo "$out" | sed 's/^/tls example: /'
+    grep -q '^holding reports/daily over TLS with token [0-9][0-9]*$' <<<"$out" || { echo "package: unexpected TLS example output"; return 1; }
+  fi
+  echo "package: installed $version (jar, sources, javadoc; POM with licence, url, scm); a fresh project built and ran the README's examples"
 }
 if package_check; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 

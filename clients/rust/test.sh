@@ -5,12 +5,18 @@
 #      own; its manifest must draw no warning (description, licence,
 #      documentation, repository) and it must ship neither test.sh nor
 #      ci-setup.sh, but its tests and their copy of the vectors;
-#   2. the .crate is unpacked into a temporary folder and `cargo test` runs
-#      there: unit, vector, stand-in-server, v1 conformance and session tests.
+#   2. the .crate is unpacked into a temporary folder and `cargo test
+#      --features tls` runs there: unit, vector, stand-in-server, v1
+#      conformance, session, cluster and TLS tests;
+#   3. the README's quick-start, cluster and TLS examples, each pasted into a
+#      fresh project, run against the server, the cluster and the mTLS server.
 # The conformance and session tests need LC_TEST_ADDRESS (LC_TEST_WEB_ADDRESS
 # for the JSON API checks, LC_SERVER_BIN for restarts and expiry) and return
-# early without them. The last line is the summed count of cargo's
-# "test result:" lines.
+# early without them. The cluster tests need LC_TEST_CLUSTER and
+# LC_TEST_CLUSTER_CONTROL (LC_TEST_LOST_ANSWER_PREFIX), the TLS tests
+# LC_TEST_TLS_ADDRESS, LC_TEST_MTLS_ADDRESS and LC_TEST_TLS_DIR: without them
+# they print SKIPPED and pass, except under CI=true, where they fail. The
+# last line is the summed count of cargo's "test result:" lines.
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -59,7 +65,7 @@ fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 crate="target/package/locking-center-$version.crate"
 listing=$(tar tzf "$crate") || fail "cannot read $crate"
-for must in Cargo.toml LICENSE README.md src/lib.rs src/session.rs tests/vectors.json tests/session.rs; do
+for must in Cargo.toml LICENSE README.md src/lib.rs src/session.rs src/conn.rs src/tls.rs tests/vectors.json tests/session.rs tests/cluster.rs tests/tls.rs; do
   grep -qx "locking-center-$version/$must" <<<"$listing" || fail "$crate lacks $must"
 done
 if grep -Eq '/(test\.sh|ci-setup\.sh)$' <<<"$listing"; then
@@ -75,22 +81,35 @@ echo "packaged $crate: $(wc -l <<<"$listing") files, no scripts"
 tar xzmf "$crate" -C "$unpacked"
 target_dir="$PWD/target/unpacked"
 (cd "$unpacked/locking-center-$version" &&
-  CARGO_TARGET_DIR="$target_dir" cargo test --locked --offline 2>&1) | tee "$log"
+  CARGO_TARGET_DIR="$target_dir" cargo test --locked --offline --features tls -- --show-output 2>&1) | tee "$log"
 rc=${PIPESTATUS[0]}
 
-# The README's quick-start, pasted into a fresh project that depends on the
-# unpacked crate, run against the server.
-if [ "$rc" -eq 0 ] && [ -n "${LC_TEST_ADDRESS:-}" ]; then
-  fresh="$unpacked/fresh"
-  cargo new --quiet --vcs none "$fresh" || rc=1
-  printf 'locking-center = { path = "%s" }\n' "$unpacked/locking-center-$version" >>"$fresh/Cargo.toml"
-  awk '/<!-- quickstart -->/ {q=1; next} q && /^```rust/ {p=1; next} p && /^```/ {exit} p' README.md >"$fresh/src/main.rs"
-  if (cd "$fresh" && CARGO_TARGET_DIR="$target_dir" LC_ADDRESS="$LC_TEST_ADDRESS" cargo run --quiet --offline 2>&1); then
-    echo "test result: ok. 1 passed; 0 failed; 0 ignored (README quick-start in a fresh project)" | tee -a "$log"
+# A README example (the rust block after <!-- MARKER -->), pasted into a fresh
+# project that depends on the unpacked crate (with FEATURES), run with the
+# environment given after the first three arguments.
+readme_example() {
+  local marker=$1 features=$2 what=$3 fresh="$unpacked/fresh-$1"
+  shift 3
+  cargo new --quiet --vcs none "$fresh" || return 1
+  printf 'locking-center = { path = "%s"%s }\n' "$unpacked/locking-center-$version" "$features" >>"$fresh/Cargo.toml"
+  awk -v m="<!-- $marker -->" '$0 == m {q=1; next} q && /^```rust/ {p=1; next} p && /^```/ {exit} p' README.md >"$fresh/src/main.rs"
+  if (cd "$fresh" && env CARGO_TARGET_DIR="$target_dir" "$@" cargo run --quiet --offline 2>&1); then
+    echo "test result: ok. 1 passed; 0 failed; 0 ignored (README $what in a fresh project)" | tee -a "$log"
   else
-    echo "test result: FAILED. 0 passed; 1 failed; 0 ignored (README quick-start in a fresh project)" | tee -a "$log"
-    rc=1
+    echo "test result: FAILED. 0 passed; 1 failed; 0 ignored (README $what in a fresh project)" | tee -a "$log"
+    return 1
   fi
+}
+if [ "$rc" -eq 0 ] && [ -n "${LC_TEST_ADDRESS:-}" ]; then
+  readme_example quickstart "" quick-start LC_ADDRESS="$LC_TEST_ADDRESS" || rc=1
+fi
+if [ "$rc" -eq 0 ] && [ -n "${LC_TEST_CLUSTER:-}" ]; then
+  readme_example cluster "" "cluster example" LC_ADDRESS="$LC_TEST_CLUSTER" || rc=1
+fi
+if [ "$rc" -eq 0 ] && [ -n "${LC_TEST_MTLS_ADDRESS:-}" ] && [ -n "${LC_TEST_TLS_DIR:-}" ]; then
+  readme_example tls ', features = ["tls"]' "TLS example" LC_ADDRESS="$LC_TEST_MTLS_ADDRESS" \
+    LC_TLS_CA="$LC_TEST_TLS_DIR/ca.pem" LC_TLS_CERT="$LC_TEST_TLS_DIR/client.pem" \
+    LC_TLS_KEY="$LC_TEST_TLS_DIR/client-key.pem" || rc=1
 fi
 
 # An ignored test whose reason says it runs as a child process is a

@@ -36,10 +36,10 @@ pub enum Error {
     Cancelled,
     /// The server answered a byte this action never gets.
     UnexpectedAnswer(u8),
-    /// A session request was sent on a connection that broke before its
-    /// answer came. The session resumes on its own; the call may be made
-    /// again. A Lock or TryLock that fails so holds nothing (a grant the
-    /// server made meanwhile is given back after the resume).
+    /// A session request (a Close, a Ping) was sent on a connection that
+    /// broke before its answer came. The session resumes on its own; the
+    /// call may be made again. A pending Lock or TryLock is not failed so:
+    /// it is reissued with its id after the resume (Reissue).
     Disconnected,
     /// An Unlock or a reset whose frame may have reached the server but
     /// whose answer never came: it may or may not have taken effect. It is
@@ -52,6 +52,10 @@ pub enum Error {
     /// The session was closed by [`crate::Session::close`] (or the last
     /// handle was dropped); its holds were released.
     SessionClosed,
+    /// A TLS configuration could not be built: a file that cannot be read
+    /// or holds no certificate or key, a key that does not fit its
+    /// certificate. (A failed handshake is [`Error::Unreachable`].)
+    TlsConfig(String),
 }
 
 /// Why a session was lost.
@@ -116,6 +120,7 @@ impl fmt::Display for Error {
             Error::OutcomeUnknown => f.write_str("answer lost: the outcome is unknown"),
             Error::SessionLost(r) => write!(f, "session lost: {r}; its holds are gone"),
             Error::SessionClosed => f.write_str("session closed"),
+            Error::TlsConfig(why) => write!(f, "TLS configuration: {why}"),
         }
     }
 }

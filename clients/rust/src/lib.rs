@@ -6,7 +6,10 @@
 //!   task, holds that end with their holder (a crashed program's keys are
 //!   released one TTL later), a fencing token with every grant, blocking
 //!   and async methods, automatic Ping and resume, and a signal when the
-//!   session is lost ([`Session::lost`]).
+//!   session is lost ([`Session::lost`]). Give it every node of a cluster
+//!   (`"a:22119,b:22119,c:22119"`): it opens on any that answers and rides
+//!   through a failover, reissuing its pending Locks. TLS with the `tls`
+//!   feature (`SessionBuilder::tls`).
 //! - A [`Client`]: the v1 protocol, one request per TCP connection. Its
 //!   holds have no owner: a key stays held until it is unlocked or reset,
 //!   even after the program dies.
@@ -33,15 +36,25 @@
 //! [Locking-Center]: https://github.com/locking-center/locking-center
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod conn;
 mod error;
 mod session;
+#[cfg(feature = "tls")]
+mod tls;
 pub mod wire;
 
 pub use error::{Error, LostReason};
+#[cfg(feature = "tls")]
+pub use tls::{TlsConfig, TlsConfigBuilder};
+
+/// Without the `tls` feature there is no TLS configuration to give.
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone)]
+pub(crate) enum TlsConfig {}
 pub use session::{Lost, Session, SessionBuilder, SessionGuard};
 pub use wire::Action;
 
@@ -85,13 +98,15 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `address` (`host:port`; a bare host gets port 22119),
+    /// A client for `address` (`host:port`; a bare host gets port 22119;
+    /// several, `"a:22119,b:22119"`, are tried in random order, each name
+    /// with all its DNS records, until one connects),
     /// with an empty source (the server then names the requester by its IP
     /// address), a 5 s connect timeout and a 30 s answer timeout for calls
     /// that do not wait in a queue.
     pub fn new(address: impl Into<String>) -> Client {
         Client {
-            address: add_default_port(address.into()),
+            address: conn::split_addresses(&address.into()).join(","),
             source: String::new(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
@@ -118,7 +133,7 @@ impl Client {
         self
     }
 
-    /// The server address, `host:port`.
+    /// The server address, `host:port` (a list: comma-separated).
     pub fn address(&self) -> &str {
         &self.address
     }
@@ -323,13 +338,10 @@ impl Client {
     }
 
     fn connect(&self) -> Result<TcpStream, Error> {
-        let addrs: Vec<SocketAddr> = self
-            .address
-            .to_socket_addrs()
-            .map_err(Error::Unreachable)?
-            .collect();
+        let addrs =
+            conn::resolve(&conn::split_addresses(&self.address)).map_err(Error::Unreachable)?;
         let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-        for addr in addrs {
+        for (addr, _) in addrs {
             match TcpStream::connect_timeout(&addr, self.connect_timeout) {
                 Ok(stream) => {
                     // One small frame: send it now rather than wait for Nagle.

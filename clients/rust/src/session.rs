@@ -8,10 +8,14 @@
 //!   future) sends Cancel; if the grant crosses the Cancel it is released by
 //!   its token, so an error from a Lock always means nothing is held.
 //! - Ping goes out whenever nothing was sent for a third of the TTL.
-//! - A dropped connection is resumed with a growing back-off as long as the
-//!   TTL allows; calls pending on it fail with [`Error::Disconnected`] (an
-//!   Unlock or a reset with [`Error::OutcomeUnknown`]) and after the resume
-//!   the session releases any grant that was lost with the connection.
+//! - A dropped connection is resumed, through any of the session's
+//!   addresses (in random order), with a growing back-off as long as the
+//!   TTL allows (counted from the send time of the last answered request).
+//!   Pending Locks and TryLocks are reissued with their old ids, so a grant
+//!   whose answer was lost is returned, not waited for (Reissue); an Unlock
+//!   or a reset pending on it fails with [`Error::OutcomeUnknown`] and is
+//!   never resent blindly; after the resume the session releases any grant
+//!   nobody owns.
 //! - When the session is lost (the resume refused, the TTL passed), every
 //!   pending and later call fails with [`Error::SessionLost`], and
 //!   [`Session::lost`] / [`Session::wait_lost`] report it.
@@ -23,20 +27,18 @@
 //! The async methods need no particular runtime: their futures are woken by
 //! those threads.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::io::{self, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::io::{self, BufReader, Read};
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
+use crate::conn::{self, Conn};
 use crate::wire::{self, SessionAction};
-use crate::{
-    add_default_port, CancelToken, Error, LostReason, WaitOptions, DEFAULT_REQUEST_TIMEOUT,
-};
+use crate::{CancelToken, Error, LostReason, TlsConfig, WaitOptions, DEFAULT_REQUEST_TIMEOUT};
 
 /// The server's bound on requests awaiting an answer on one connection:
 /// one more drops the connection. Cancel does not count.
@@ -50,7 +52,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// [`Session::builder`].
 #[derive(Debug, Clone)]
 pub struct SessionBuilder {
-    address: String,
+    addresses: Vec<String>,
+    tls: Option<TlsConfig>,
     ttl: Duration,
     source: String,
     auth: Vec<u8>,
@@ -59,6 +62,32 @@ pub struct SessionBuilder {
 }
 
 impl SessionBuilder {
+    /// The servers to try, instead of those given to [`Session::builder`]:
+    /// the nodes of a cluster (each `host:port`, a bare host gets port
+    /// 22119; a name with several DNS records counts as all of them). The
+    /// session connects to any that answers, in random order, and after a
+    /// dropped connection resumes through any of them.
+    pub fn addresses<I, S>(mut self, addresses: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.addresses = addresses
+            .into_iter()
+            .flat_map(|a| conn::split_addresses(a.as_ref()))
+            .collect();
+        self
+    }
+
+    /// Speaks TLS with this configuration (a server started with
+    /// `TLS_CERT`/`TLS_KEY`, and `TLS_CLIENT_CA` for mutual TLS). Only with
+    /// the crate's `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, config: TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// The TTL to ask for: the holds outlive a silent client by this long.
     /// Zero (the default) asks for the server's `SESSION_TTL`; the server
     /// clamps anything else to 1 s ..= 10 min.
@@ -81,7 +110,10 @@ impl SessionBuilder {
         self
     }
 
-    /// Time allowed to connect and open (default 5 s).
+    /// Time allowed for one attempt to connect and open (or resume) on one
+    /// address (default 5 s). [`SessionBuilder::open`] tries every address
+    /// at least once, and goes round them again with a back-off until this
+    /// much time has passed.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -97,7 +129,8 @@ impl SessionBuilder {
     /// Connects and opens the session, blocking.
     ///
     /// Errors: [`Error::Invalid`] (source or auth over 127 bytes, nothing
-    /// sent), [`Error::Unreachable`] (no connection, no answer), and
+    /// sent), [`Error::Unreachable`] (no address answered; a failed TLS
+    /// handshake says why in its cause), and
     /// [`Error::Refused`] when the server refused the session (a wrong
     /// auth token, its connection limit).
     pub fn open(self) -> Result<Session, Error> {
@@ -217,7 +250,7 @@ type Handle64 = u64;
 struct State {
     /// A clone of the connection being served, to shut it down; `None`
     /// between connections.
-    conn: Option<TcpStream>,
+    conn: Option<Conn>,
     /// The connection being served has failed (reader or writer).
     broken: bool,
     /// Calls not yet written, in order.
@@ -230,6 +263,13 @@ struct State {
     next_id: u32,
     /// Grants the program holds through this session: key to token.
     held: HashMap<String, u64>,
+    /// The id of the request that made each grant of `held`, by key.
+    held_id: HashMap<String, u32>,
+    /// Ids no new request may take: those of `held_id` and of the Locks
+    /// and TryLocks waiting to be reissued. Reissue finds a grant by the id
+    /// of its request, so an id reused while its grant is held would find
+    /// the wrong request's.
+    reserved: HashSet<u32>,
     /// Grants the session may hold that no caller owns (a Lock lost with
     /// its connection, an Unlock whose answer was lost), released after the
     /// resume; token 0 when unknown.
@@ -271,6 +311,9 @@ struct Call {
     id: u32,
     sent: bool,
     sent_at: Instant,
+    /// A Lock or TryLock sent on a connection lost before its answer: it is
+    /// sent again with the same id after the resume (Reissue).
+    reissue: bool,
     /// The caller stopped waiting after the call was sent: a `+` to come is
     /// released by its token.
     gave_up: bool,
@@ -280,7 +323,7 @@ struct Call {
     waiter: Waiter,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in a thread that held the lock leaves the state consistent
     // enough to fail calls cleanly: every update is a single step.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -295,9 +338,13 @@ impl Session {
 
     /// Settings for a session on `address`; finish with
     /// [`SessionBuilder::open`] or [`SessionBuilder::open_async`].
+    ///
+    /// `address` may list several servers, `"a:22119,b:22119,c:22119"` (the
+    /// nodes of a cluster; see [`SessionBuilder::addresses`]).
     pub fn builder(address: impl Into<String>) -> SessionBuilder {
         SessionBuilder {
-            address: add_default_port(address.into()),
+            addresses: conn::split_addresses(&address.into()),
+            tls: None,
             ttl: Duration::ZERO,
             source: String::new(),
             auth: Vec::new(),
@@ -307,9 +354,9 @@ impl Session {
     }
 
     fn start(cfg: SessionBuilder) -> Result<Session, Error> {
-        let (conn, answer, sent_at) = open_conn(&cfg, 0, cfg.connect_timeout)?;
+        let (conn, answer, sent_at) = open_first(&cfg)?;
         let shared = Arc::new(Shared {
-            address: cfg.address.clone(),
+            address: cfg.addresses.join(","),
             id: answer.session,
             ttl: Duration::from_millis(u64::from(answer.ttl_ms)),
             cfg,
@@ -322,6 +369,8 @@ impl Session {
                 pending: HashMap::new(),
                 next_id: 0,
                 held: HashMap::new(),
+                held_id: HashMap::new(),
+                reserved: HashSet::new(),
                 strays: Vec::new(),
                 confirmed: sent_at,
                 last_sent: sent_at,
@@ -743,13 +792,39 @@ fn take_outcome(st: &mut State, h: Handle64) -> Option<Result<(u8, u64), Error>>
     Some(outcome)
 }
 
-/// Connects to the first address that answers and opens (or resumes) a
-/// session, all within `limit`.
-fn open_conn(
+/// Opens a new session on any of the addresses: rounds over all of them
+/// (each attempt within the connect timeout), with a back-off between
+/// rounds, until one opens or the connect timeout has passed since the
+/// start (every address is tried at least once).
+fn open_first(cfg: &SessionBuilder) -> Result<(Conn, wire::OpenAnswer, Instant), Error> {
+    let start = Instant::now();
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        match open_round(cfg, 0, None) {
+            Ok(opened) => return Ok(opened),
+            Err(e @ Error::Unreachable(_)) => {
+                let left = cfg.connect_timeout.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    return Err(e);
+                }
+                thread::sleep((backoff + conn::jitter(backoff)).min(left));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One round: tries every address (all the records of each name) in random
+/// order until one opens, or resumes session `resume`, each attempt within
+/// the connect timeout and before `deadline`. A node that closes without an
+/// answer (a follower that knows no leader) or fails the TLS handshake is
+/// passed over; a refusal ends the round.
+fn open_round(
     cfg: &SessionBuilder,
     resume: u64,
-    limit: Duration,
-) -> Result<(TcpStream, wire::OpenAnswer, Instant), Error> {
+    deadline: Option<Instant>,
+) -> Result<(Conn, wire::OpenAnswer, Instant), Error> {
     let ttl_ms = u32::try_from(cfg.ttl.as_millis()).unwrap_or(u32::MAX);
     let ttl_ms = if ttl_ms == 0 && !cfg.ttl.is_zero() {
         1
@@ -763,31 +838,42 @@ fn open_conn(
         source: &cfg.source,
         auth: &cfg.auth,
     })?;
-    let deadline = Instant::now() + limit;
-    let addrs: Vec<SocketAddr> = cfg
-        .address
-        .to_socket_addrs()
-        .map_err(Error::Unreachable)?
-        .collect();
+    let addrs = conn::resolve(&cfg.addresses).map_err(Error::Unreachable)?;
     let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-    let mut conn = None;
-    for addr in addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            last = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
-            break;
+    for (addr, host) in addrs {
+        let limit = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => cfg.connect_timeout,
         }
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(s) => {
-                conn = Some(s);
-                break;
+        .min(cfg.connect_timeout);
+        if limit.is_zero() {
+            return Err(Error::Unreachable(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connect timed out",
+            )));
+        }
+        match open_on(&addr, &host, cfg, &frame, resume, limit) {
+            Err(Error::Unreachable(e)) => {
+                last = io::Error::new(e.kind(), format!("{addr}: {e}"));
             }
-            Err(e) => last = e,
+            other => return other,
         }
     }
-    let mut conn = conn.ok_or(Error::Unreachable(last))?;
-    // Frames are small and batched by the writer: send them at once.
-    conn.set_nodelay(true).map_err(Error::Unreachable)?;
+    Err(Error::Unreachable(last))
+}
+
+/// One attempt: connect to `addr`, send the open frame, read its answer,
+/// all within `limit`.
+fn open_on(
+    addr: &std::net::SocketAddr,
+    host: &str,
+    cfg: &SessionBuilder,
+    frame: &[u8],
+    resume: u64,
+    limit: Duration,
+) -> Result<(Conn, wire::OpenAnswer, Instant), Error> {
+    let deadline = Instant::now() + limit;
+    let conn = Conn::connect(addr, host, limit, cfg.tls.as_ref()).map_err(Error::Unreachable)?;
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
@@ -796,7 +882,7 @@ fn open_conn(
     conn.set_write_timeout(Some(left))
         .map_err(Error::Unreachable)?;
     let sent_at = Instant::now();
-    conn.write_all(&frame).map_err(Error::Unreachable)?;
+    conn.write_all(frame).map_err(Error::Unreachable)?;
     let mut b = [0u8; wire::ANSWER_LEN];
     conn.read_exact(&mut b).map_err(Error::Unreachable)?;
     let answer = wire::decode_open_answer(&b);
@@ -908,7 +994,7 @@ impl Shared {
         let Some(c) = st.calls.get_mut(&h) else {
             return GiveUp::Now(why);
         };
-        if !c.sent {
+        if !c.sent && !c.reissue {
             // Nothing reached the server.
             st.calls.remove(&h);
             st.queue.retain(|q| *q != h);
@@ -919,10 +1005,13 @@ impl Shared {
         if action != SessionAction::Lock {
             c.owner_gone = true;
         }
+        let sent = c.sent;
         match action {
             SessionAction::Lock => {
-                push(st, SessionAction::Cancel, "", u64::from(id), Kind::Internal);
-                self.wake.notify_all();
+                if sent {
+                    push(st, SessionAction::Cancel, "", u64::from(id), Kind::Internal);
+                    self.wake.notify_all();
+                } // else its reissue goes out first, and its Cancel with it (take)
                 GiveUp::AwaitAnswer(why)
             }
             SessionAction::Unlock | SessionAction::ResetByKey | SessionAction::ResetBySource => {
@@ -955,13 +1044,14 @@ impl Shared {
             }
             return;
         }
-        if !c.sent {
+        if !c.sent && !c.reissue {
             st.calls.remove(&h);
             st.queue.retain(|q| *q != h);
             return;
         }
         c.owner_gone = true;
-        let cancel = c.action == SessionAction::Lock && !c.gave_up;
+        // A reissue not yet sent gets its Cancel when it goes out (take).
+        let cancel = c.action == SessionAction::Lock && !c.gave_up && c.sent;
         c.gave_up = true;
         let id = c.id;
         if cancel {
@@ -1022,7 +1112,9 @@ impl Shared {
                 push(st, SessionAction::Unlock, &key, a.token, Kind::StrayUnlock);
                 self.wake.notify_all();
             } else {
-                st.held.insert(key, a.token);
+                st.held.insert(key.clone(), a.token);
+                st.held_id.insert(key, a.id);
+                st.reserved.insert(a.id);
             }
         }
         if action == SessionAction::Close && a.status == b'+' {
@@ -1031,11 +1123,30 @@ impl Shared {
         self.complete(st, h, Ok((a.status, a.token)));
     }
 
-    /// The connection was lost: fail or set aside every pending call.
+    /// The connection was lost: set aside every pending Lock and TryLock
+    /// to be reissued with its id after the resume, fail the other pending
+    /// calls.
     fn disconnected(&self, st: &mut State) {
-        let pending: Vec<Handle64> = st.pending.drain().map(|(_, h)| h).collect();
-        for h in pending {
-            let Some(c) = st.calls.get(&h) else { continue };
+        let mut pending: Vec<(u32, Handle64)> = st.pending.drain().collect();
+        // Handles grow with each call made: the order the program asked in.
+        pending.sort_by_key(|&(_, h)| h);
+        let mut reissue = Vec::new();
+        for (id, h) in pending {
+            let Some(c) = st.calls.get_mut(&h) else {
+                continue;
+            };
+            if matches!(c.action, SessionAction::Lock | SessionAction::TryLock)
+                && c.kind == Kind::User
+                && !c.gave_up
+            {
+                // The server answers a grant it made for this request at
+                // once when the same id comes again (Reissue).
+                c.sent = false;
+                c.reissue = true;
+                st.reserved.insert(id);
+                reissue.push(h);
+                continue;
+            }
             let (action, kind, key, token) = (c.action, c.kind, c.key.clone(), c.token);
             let err = match action {
                 SessionAction::Lock | SessionAction::TryLock => {
@@ -1077,6 +1188,11 @@ impl Shared {
         }
         let calls = &st.calls;
         st.queue.retain(|h| calls.contains_key(h));
+        // The reissues go first, in the order they were made, so that
+        // they keep their place before what was asked after them.
+        for h in reissue.into_iter().rev() {
+            st.queue.push_front(h);
+        }
     }
 
     /// A resume succeeded: queue the releases of stray grants first.
@@ -1121,7 +1237,7 @@ impl Shared {
         }
         st.end = Some(end);
         if let Some(conn) = &st.conn {
-            let _ = conn.shutdown(Shutdown::Both); // a blocked write ends now
+            conn.shutdown(); // a blocked write ends now
         }
         let mut all: Vec<Handle64> = st.pending.drain().map(|(_, h)| h).collect();
         all.extend(st.queue.drain(..));
@@ -1130,6 +1246,8 @@ impl Shared {
         }
         st.strays.clear();
         st.held.clear();
+        st.held_id.clear();
+        st.reserved.clear();
         for w in st.lost_wakers.drain(..) {
             w.wake();
         }
@@ -1184,7 +1302,7 @@ impl Shared {
 
     /// The supervisor: serves each connection, resumes after a loss, ends
     /// with the session.
-    fn run(self: Arc<Self>, mut conn: TcpStream) {
+    fn run(self: Arc<Self>, mut conn: Conn) {
         loop {
             self.serve(conn);
             let mut st = lock(&self.state);
@@ -1209,9 +1327,10 @@ impl Shared {
         }
     }
 
-    /// Reconnects with `resume` = the session id, with a growing back-off,
-    /// until the server's TTL is certain to have passed.
-    fn resume(&self) -> Result<TcpStream, End> {
+    /// Reconnects to any address with `resume` = the session id, with a
+    /// growing back-off between rounds, until the server's TTL may have
+    /// passed (counted from the send time of the last answered frame).
+    fn resume(&self) -> Result<Conn, End> {
         let mut backoff = MIN_BACKOFF;
         loop {
             let deadline = {
@@ -1225,7 +1344,7 @@ impl Shared {
             if left.is_zero() {
                 return Err(End::Lost(LostReason::TtlPassed));
             }
-            match open_conn(&self.cfg, self.id, left.min(self.cfg.connect_timeout)) {
+            match open_round(&self.cfg, self.id, Some(deadline)) {
                 Ok((conn, _, sent_at)) => {
                     let mut st = lock(&self.state);
                     self.resumed(&mut st, sent_at);
@@ -1235,8 +1354,7 @@ impl Shared {
                 Err(_) => {}
             }
             // Back off (with jitter), waking early when the session ends.
-            let jitter =
-                Duration::from_micros(u64::from(Instant::now().elapsed().subsec_nanos() % 20_000));
+            let jitter = conn::jitter(backoff);
             let pause = (backoff + jitter).min(deadline.saturating_duration_since(Instant::now()));
             let st = lock(&self.state);
             if st.end.is_none() {
@@ -1248,20 +1366,14 @@ impl Shared {
 
     /// Serves one connection until it breaks or the session ends: this
     /// thread writes, a reader thread reads.
-    fn serve(self: &Arc<Self>, conn: TcpStream) {
-        let reader = match conn.try_clone() {
-            Ok(r) => r,
-            Err(_) => return, // treated as a lost connection
-        };
+    fn serve(self: &Arc<Self>, conn: Conn) {
+        let reader = conn.clone();
         {
             let mut st = lock(&self.state);
-            match conn.try_clone() {
-                Ok(c) => st.conn = Some(c),
-                Err(_) => return,
-            }
+            st.conn = Some(conn.clone());
             st.broken = false;
             if st.end.is_some() {
-                let _ = conn.shutdown(Shutdown::Both);
+                conn.shutdown();
                 st.conn = None;
                 return;
             }
@@ -1276,7 +1388,7 @@ impl Shared {
         let mut st = lock(&self.state);
         st.broken = true;
         if let Some(c) = st.conn.take() {
-            let _ = c.shutdown(Shutdown::Both);
+            c.shutdown();
         }
         drop(st);
         if let Ok(r) = reading {
@@ -1284,8 +1396,8 @@ impl Shared {
         }
     }
 
-    fn read(&self, conn: TcpStream) {
-        let mut r = BufReader::with_capacity(64 * wire::ANSWER_LEN, conn);
+    fn read(&self, conn: Conn) {
+        let mut r = BufReader::with_capacity(64 * wire::ANSWER_LEN, ConnReader(conn));
         let mut b = [0u8; wire::ANSWER_LEN];
         while r.read_exact(&mut b).is_ok() {
             let mut st = lock(&self.state);
@@ -1295,7 +1407,7 @@ impl Shared {
         self.wake.notify_all();
     }
 
-    fn write(&self, mut conn: TcpStream) {
+    fn write(&self, conn: Conn) {
         let ping_every = self.ttl / 3;
         let dead_after = self.ttl / 3; // a Ping unanswered this long: the connection is dead
         let _ = conn.set_write_timeout(Some(ping_every.max(Duration::from_secs(1))));
@@ -1353,6 +1465,15 @@ impl Shared {
     }
 }
 
+/// [`Read`] over a [`Conn`], for the reader's buffer.
+struct ConnReader(Conn);
+
+impl Read for ConnReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
 enum GiveUp {
     Now(Error),
     AwaitAnswer(Error),
@@ -1371,6 +1492,7 @@ fn new_call(st: &mut State, action: SessionAction, key: &str, token: u64, kind: 
             id: 0,
             sent: false,
             sent_at: Instant::now(),
+            reissue: false,
             gave_up: false,
             owner_gone: false,
             outcome: None,
@@ -1410,22 +1532,43 @@ fn take(st: &mut State, buf: &mut Vec<u8>, now: Instant) {
             st.calls.remove(&h);
             continue;
         }
-        let mut id = st.next_id;
-        while st.pending.contains_key(&id) {
-            id = id.wrapping_add(1);
+        let (reissue, old_id) = (c.reissue, c.id);
+        if reissue {
+            st.reserved.remove(&old_id);
         }
-        st.next_id = id.wrapping_add(1);
+        let id = if reissue && !st.pending.contains_key(&old_id) {
+            old_id
+        } else {
+            let mut id = st.next_id;
+            while st.pending.contains_key(&id) || st.reserved.contains(&id) {
+                id = id.wrapping_add(1);
+            }
+            st.next_id = id.wrapping_add(1);
+            id
+        };
         st.pending.insert(id, h);
         let c = st.calls.get_mut(&h).expect("present above");
         c.id = id;
         c.sent = true;
+        c.reissue = false;
         c.sent_at = now;
-        let (action, token, key) = (c.action, c.token, c.key.clone());
-        if action == SessionAction::Unlock && token != 0 && st.held.get(&key) == Some(&token) {
+        let (action, token, key, gave_up) = (c.action, c.token, c.key.clone(), c.gave_up);
+        if action == SessionAction::Unlock
+            && c.kind == Kind::User
+            && st.held.get(&key).is_some_and(|&t| token == 0 || token == t)
+        {
             st.held.remove(&key);
+            if let Some(old) = st.held_id.remove(&key) {
+                st.reserved.remove(&old);
+            }
         }
         // Keys were checked when the call was made.
         let _ = wire::encode_request(buf, action, id, token, &key);
+        if action == SessionAction::Lock && gave_up {
+            // A reissue whose caller gave up before it went out: withdrawn
+            // at once (a grant it finds is given back when its '+' comes).
+            let _ = wire::encode_request(buf, SessionAction::Cancel, id, 0, "");
+        }
     }
     if sent_any {
         st.last_sent = now;

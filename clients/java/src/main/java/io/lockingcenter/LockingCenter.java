@@ -2,16 +2,21 @@ package io.lockingcenter;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ForkJoinPool;
 import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -46,8 +51,8 @@ public final class LockingCenter {
     private static final int POLL_MILLIS = 100;
 
     private final String address;
-    private final String host;
-    private final int port;
+    /** Every address given: host and port, resolved at each request. */
+    private final List<String[]> endpoints;
     private final String source;
     private final Duration connectTimeout;
     private final Duration requestTimeout;
@@ -69,9 +74,13 @@ public final class LockingCenter {
 
     private LockingCenter(Builder b) {
         this.address = b.address;
-        String[] hp = splitAddress(b.address);
-        this.host = hp[0];
-        this.port = Integer.parseInt(hp[1]);
+        List<String[]> list = new ArrayList<>();
+        for (String a : b.address.split(",")) {
+            if (!a.isBlank()) {
+                list.add(splitAddress(a.trim()));
+            }
+        }
+        this.endpoints = List.copyOf(list);
         this.source = b.source; // checked by Builder.source
         this.connectTimeout = b.connectTimeout;
         this.requestTimeout = b.requestTimeout;
@@ -305,9 +314,11 @@ public final class LockingCenter {
             f.completeExceptionally(e);
             return f;
         }
-        InetSocketAddress target = new InetSocketAddress(host, port);
-        if (target.isUnresolved()) {
-            f.completeExceptionally(new UnreachableException("cannot resolve " + host, null));
+        List<InetSocketAddress> targets;
+        try {
+            targets = targets();
+        } catch (UnreachableException e) {
+            f.completeExceptionally(e);
             return f;
         }
         long now = System.nanoTime();
@@ -321,7 +332,7 @@ public final class LockingCenter {
             onDeadline = () -> (LockingCenterException) expired(key, null);
         }
         boolean grants = action == Action.LOCK || action == Action.TRY_LOCK;
-        V1Reactor.Op op = new V1Reactor.Op(target, frame, grants, connectTimeout.toNanos(), deadline, onDeadline,
+        V1Reactor.Op op = new V1Reactor.Op(targets, frame, grants, connectTimeout.toNanos(), deadline, onDeadline,
                 new V1Reactor.Handler() {
                     @Override
                     public void answer(int b) {
@@ -434,41 +445,8 @@ public final class LockingCenter {
         if (blocking && Thread.currentThread().isInterrupted()) {
             throw interrupted(key);
         }
-        InetSocketAddress target = new InetSocketAddress(host, port);
-        if (target.isUnresolved()) {
-            throw new UnreachableException("cannot resolve " + host, null);
-        }
-        Socket socket;
+        Socket socket = connectAny(call, key, deadline, timeout);
         try {
-            socket = call.open();
-        } catch (IOException e) {
-            throw new CancellationException("request cancelled");
-        }
-        try {
-            socket.setTcpNoDelay(true);
-            long connectMillis = connectTimeout.toMillis();
-            boolean limitedByDeadline = false;
-            if (deadline != NO_DEADLINE) {
-                long left = remainingMillis(deadline);
-                if (left <= 0) {
-                    throw expired(key, timeout);
-                }
-                if (left < connectMillis) {
-                    connectMillis = left;
-                    limitedByDeadline = true;
-                }
-            }
-            try {
-                socket.connect(target, (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectMillis)));
-            } catch (SocketTimeoutException e) {
-                if (limitedByDeadline) {
-                    throw expired(key, timeout);
-                }
-                throw new UnreachableException("connect to " + address + " timed out after "
-                        + connectTimeout.toMillis() + " ms", e);
-            } catch (IOException e) {
-                throw lost(call, "cannot connect to " + address + ": " + e.getMessage(), e);
-            }
             try {
                 socket.getOutputStream().write(frame);
             } catch (IOException e) {
@@ -507,8 +485,6 @@ public final class LockingCenter {
                     throw lost(call, "connection to " + address + " lost before the answer: " + e.getMessage(), e);
                 }
             }
-        } catch (IOException e) {
-            throw lost(call, "socket error with " + address + ": " + e.getMessage(), e);
         } finally {
             try {
                 socket.close();
@@ -516,6 +492,88 @@ public final class LockingCenter {
                 // nothing more to do with this connection
             }
         }
+    }
+
+    /**
+     * Every address of every endpoint (all the records of each name), in random order, so that the
+     * requests of many clients spread over the nodes of a cluster.
+     *
+     * @throws UnreachableException no name resolved
+     */
+    private List<InetSocketAddress> targets() {
+        List<InetSocketAddress> all = new ArrayList<>();
+        String unresolved = null;
+        for (String[] hp : endpoints) {
+            try {
+                for (InetAddress ip : InetAddress.getAllByName(hp[0])) {
+                    all.add(new InetSocketAddress(ip, Integer.parseInt(hp[1])));
+                }
+            } catch (IOException e) {
+                unresolved = hp[0];
+            }
+        }
+        if (all.isEmpty()) {
+            throw new UnreachableException("cannot resolve " + unresolved, null);
+        }
+        Collections.shuffle(all, ThreadLocalRandom.current());
+        return all;
+    }
+
+    /**
+     * Connects the call's socket to the first address that takes the connection, each attempt
+     * within the connect timeout (and the call's deadline). Nothing is sent before a connection is
+     * made, so trying the next address is always safe.
+     */
+    private Socket connectAny(Call call, String key, long deadline, Duration timeout) {
+        List<InetSocketAddress> targets = targets();
+        RuntimeException last = null;
+        for (InetSocketAddress target : targets) {
+            Socket socket;
+            try {
+                socket = call.open();
+            } catch (IOException e) {
+                throw new CancellationException("request cancelled");
+            }
+            boolean ok = false;
+            try {
+                socket.setTcpNoDelay(true);
+                long connectMillis = connectTimeout.toMillis();
+                if (deadline != NO_DEADLINE) {
+                    long left = remainingMillis(deadline);
+                    if (left <= 0) {
+                        throw expired(key, timeout);
+                    }
+                    connectMillis = Math.min(connectMillis, left);
+                }
+                socket.connect(target, (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectMillis)));
+                ok = true;
+                return socket;
+            } catch (SocketTimeoutException e) {
+                if (limitedByDeadline(deadline)) {
+                    throw expired(key, timeout);
+                }
+                last = new UnreachableException("connect to " + target + " timed out after "
+                        + connectTimeout.toMillis() + " ms", e);
+            } catch (IOException e) {
+                last = lost(call, "cannot connect to " + target + ": " + e.getMessage(), e);
+                if (call.isAborted()) {
+                    throw last;
+                }
+            } finally {
+                if (!ok) {
+                    try {
+                        socket.close();
+                    } catch (IOException ignored) {
+                        // a socket that never connected
+                    }
+                }
+            }
+        }
+        throw last;
+    }
+
+    private boolean limitedByDeadline(long deadline) {
+        return deadline != NO_DEADLINE && remainingMillis(deadline) <= connectTimeout.toMillis();
     }
 
     /**
@@ -666,9 +724,20 @@ public final class LockingCenter {
 
         private Builder() {}
 
-        /** Server address: "host:port", "host" (port 22119) or "[::1]:port". */
+        /**
+         * Server address: "host:port", "host" (port 22119) or "[::1]:port"; or several, comma
+         * separated (the nodes of a cluster). Each request connects to one of them (every DNS record
+         * of each name counts), in random order, trying the next when one refuses the connection.
+         */
         public Builder address(String address) {
-            splitAddress(address);
+            if (address == null || address.isBlank()) {
+                throw new IllegalArgumentException("address must not be empty");
+            }
+            for (String a : address.split(",")) {
+                if (!a.isBlank()) {
+                    splitAddress(a.trim());
+                }
+            }
             this.address = address;
             return this;
         }

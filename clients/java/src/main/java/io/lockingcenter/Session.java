@@ -6,6 +6,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
@@ -13,6 +14,8 @@ import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -35,6 +38,10 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
+import javax.net.ssl.SNIHostName;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
 
 /**
  * A session with a Locking-Center server (docs/protocol.md, "Sessions"): one TCP connection that
@@ -58,12 +65,19 @@ import java.util.function.Consumer;
  * never on the reader, so a callback that blocks cannot stop the session. {@link #close()} ends every
  * thread the session started.
  *
- * <p>When nothing was sent for a third of the TTL the session sends Ping. When the connection drops,
- * pending calls fail with {@link DisconnectedException} (an unlock or a reset with
- * {@link OutcomeUnknownException}), and the session reconnects and resumes with a growing back-off
- * while the TTL allows; calls made meanwhile wait for the new connection. A Lock or TryLock that was
- * pending on the lost connection may have been granted just before: after the resume, the session
- * releases such a grant unless the program holds that key through this session.
+ * <p>Several addresses (the nodes of a cluster, {@code "a:22119,b:22119,c:22119"}, and every DNS
+ * record of each name) are tried in random order until one answers. When nothing was sent for a
+ * third of the TTL the session sends Ping. When the connection drops (a node killed, a leader that
+ * steps down), the session reconnects to any address and resumes, with a growing back-off between
+ * rounds, while the TTL allows (counted from the send time of the last answered request); calls made
+ * meanwhile wait for the new connection. A Lock or TryLock pending on the lost connection is reissued
+ * with its old id (Reissue): a grant the server made before the drop, whose answer was lost, is
+ * returned at once with its token, not waited for. An unlock or a reset pending on it fails with
+ * {@link OutcomeUnknownException} and is never sent again blindly (a lost unlock is settled by its
+ * token after the resume), a Ping or Close with {@link DisconnectedException}.
+ *
+ * <p>TLS: {@link Builder#tls(SSLContext)} (see {@link Tls} for contexts from PEM files); the server's
+ * certificate must name the host dialled, or {@link Builder#serverName(String)}.
  *
  * <p>The session is lost when the server refuses the resume or the TTL passes without one:
  * {@link #done()} then completes exceptionally with {@link SessionLostException}, every pending and
@@ -87,8 +101,10 @@ public final class Session implements AutoCloseable {
     private static final byte[] NO_KEY = new byte[0];
 
     private final String address;
-    private final String host;
-    private final int port;
+    /** Every address given: host and port, resolved at each attempt. */
+    private final List<String[]> endpoints;
+    private final SSLContext tls;
+    private final String serverName;
     private final String source;
     private final String auth;
     private final Duration connectTimeout;
@@ -120,6 +136,16 @@ public final class Session implements AutoCloseable {
     private int nextId = 1;
     /** Every grant this session holds that the program knows of: key to token. */
     private final Map<String, Long> held = new HashMap<>();
+    /** The id of the request that made each grant of held, by key. */
+    private final Map<String, Integer> heldId = new HashMap<>();
+    /**
+     * Ids no new request may take: those of heldId and of the Locks and TryLocks waiting to be
+     * reissued. Reissue finds a grant by its request's id, so an id reused while its grant is held
+     * would find the wrong request's.
+     */
+    private final Set<Integer> reserved = new HashSet<>();
+    /** Numbers the calls in the order they were made: reissues keep that order. */
+    private long nextSeq;
     /** Grants the session may hold that no caller owns, released after the next resume. */
     private final List<Stray> strays = new ArrayList<>();
     /** System.nanoTime() when the latest request the server has answered was sent. */
@@ -136,8 +162,9 @@ public final class Session implements AutoCloseable {
 
     private Session(Builder b, Opened opened) throws IOException {
         this.address = b.address;
-        this.host = b.host;
-        this.port = b.port;
+        this.endpoints = b.endpoints;
+        this.tls = b.tls;
+        this.serverName = b.serverName;
         this.source = b.source;
         this.auth = b.auth;
         this.connectTimeout = b.connectTimeout;
@@ -518,6 +545,10 @@ public final class Session implements AutoCloseable {
         int id;
         boolean sent;
         long sentAt;
+        /** The order the call was made in. */
+        long seq;
+        /** A Lock or TryLock sent on a connection lost before its answer: sent again with its id. */
+        boolean reissue;
         /** Given up before it was sent: the writer skips it. */
         boolean dropped;
         /** The caller stopped waiting after it was sent: a grant to come is given back. */
@@ -569,6 +600,7 @@ public final class Session implements AutoCloseable {
                 f.completeExceptionally(failure);
                 return f;
             }
+            c.seq = nextSeq++;
             queue.add(c);
             wake.signal();
         } finally {
@@ -612,7 +644,7 @@ public final class Session implements AutoCloseable {
         try {
             Long t = held.get(key);
             if (t != null && t == token) {
-                held.remove(key);
+                forget(key);
             }
             if (failure == null) {
                 queue.add(strayUnlock(new Stray(key, token)));
@@ -631,13 +663,14 @@ public final class Session implements AutoCloseable {
                 return;
             }
             c.finished = true;
-            if (!c.sent) {
+            if (!c.sent && !c.reissue) {
                 c.dropped = true; // nothing reached the server
                 queue.remove(c);
                 return;
             }
             c.gaveUp = true;
-            if (c.action == SessionWire.LOCK) {
+            // A reissue not yet sent gets its Cancel right after it (take).
+            if (c.action == SessionWire.LOCK && c.sent) {
                 queue.add(new Call(SessionWire.CANCEL, "", NO_KEY, 0, c.id, null, o -> { }));
                 wake.signal();
             }
@@ -741,25 +774,78 @@ public final class Session implements AutoCloseable {
     private record Opened(Socket socket, SessionWire.OpenAnswer answer, long sentAt) {}
 
     /**
-     * Connects and sends an open; returns the answer whatever its status (the socket is closed
-     * unless it is '+'). A server that answers one '-' and closes (no sessions) reads as a refusal.
+     * One round over every address (every record of each name), in random order: connects, speaks
+     * TLS when {@code tls} is given, sends the open and reads its answer, each attempt within
+     * {@code attemptMillis} and before {@code deadline} (System.nanoTime(); 0: none). Returns the
+     * first answer, whatever its status (the socket is closed unless it is '+'). A node that closes
+     * without answering (a follower that knows no leader), fails the handshake or does not answer
+     * in time is passed over; the last such failure is thrown when none answered.
      */
-    private static Opened dial(String host, int port, byte[] frame, long connectMillis, long readMillis)
-            throws IOException {
-        InetSocketAddress target = new InetSocketAddress(host, port);
-        if (target.isUnresolved()) {
-            throw new IOException("cannot resolve " + host);
+    private static Opened dialAny(List<String[]> endpoints, SSLContext tls, String serverName, byte[] frame,
+            long attemptMillis, long deadline) throws IOException {
+        List<InetSocketAddress[]> targets = new ArrayList<>(); // {address, unresolved name}
+        IOException last = null;
+        for (String[] hp : endpoints) {
+            int port = Integer.parseInt(hp[1]);
+            try {
+                for (InetAddress ip : InetAddress.getAllByName(hp[0])) {
+                    targets.add(new InetSocketAddress[] {new InetSocketAddress(ip, port),
+                        InetSocketAddress.createUnresolved(hp[0], port)});
+                }
+            } catch (IOException e) {
+                last = new IOException("cannot resolve " + hp[0] + ": " + e.getMessage(), e);
+            }
         }
+        if (targets.isEmpty()) {
+            throw last != null ? last : new IOException("no address given");
+        }
+        Collections.shuffle(targets, ThreadLocalRandom.current()); // a cluster's clients spread over its nodes
+        for (InetSocketAddress[] t : targets) {
+            long limit = attemptMillis;
+            if (deadline != 0) {
+                limit = Math.min(limit, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
+                if (limit <= 0) {
+                    throw new SocketTimeoutException("the TTL passed while connecting");
+                }
+            }
+            try {
+                return dial(t[0], t[1].getHostString(), tls, serverName, frame, limit);
+            } catch (IOException e) {
+                last = new IOException(t[0] + ": " + e.getMessage(), e);
+            }
+        }
+        throw last;
+    }
+
+    /** One attempt on one address, all within {@code limitMillis}. */
+    private static Opened dial(InetSocketAddress target, String host, SSLContext tls, String serverName, byte[] frame,
+            long limitMillis) throws IOException {
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(limitMillis);
         Socket s = new Socket();
         boolean ok = false;
         try {
             s.setTcpNoDelay(true);
             s.setKeepAlive(true);
             keepAliveTimes(s);
-            s.connect(target, (int) Math.max(1, Math.min(Integer.MAX_VALUE, connectMillis)));
+            s.connect(target, (int) Math.max(1, Math.min(Integer.MAX_VALUE, limitMillis)));
+            s.setSoTimeout(millisLeft(end));
+            if (tls != null) {
+                String name = serverName != null ? serverName : host;
+                SSLSocket t = (SSLSocket) tls.getSocketFactory().createSocket(s, name, target.getPort(), true);
+                SSLParameters p = t.getSSLParameters();
+                p.setEndpointIdentificationAlgorithm("HTTPS"); // the certificate must name the server
+                if (!name.isEmpty() && !Character.isDigit(name.charAt(0)) && name.indexOf(':') < 0) {
+                    p.setServerNames(List.of(new SNIHostName(name)));
+                }
+                t.setSSLParameters(p);
+                s = t;
+                t.startHandshake();
+                s.setSoTimeout(millisLeft(end));
+            }
             long sentAt = System.nanoTime();
-            s.getOutputStream().write(frame);
-            s.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, readMillis)));
+            OutputStream o = s.getOutputStream();
+            o.write(frame);
+            o.flush();
             InputStream in = s.getInputStream();
             byte[] b = new byte[SessionWire.ANSWER_SIZE];
             int n = 0;
@@ -788,6 +874,14 @@ public final class Session implements AutoCloseable {
                 s.close();
             }
         }
+    }
+
+    private static int millisLeft(long end) throws SocketTimeoutException {
+        long ms = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
+        if (ms <= 0) {
+            throw new SocketTimeoutException("attempt timed out");
+        }
+        return (int) Math.min(Integer.MAX_VALUE, ms);
     }
 
     /** TCP keepalive as the server sets it (15 s idle, 15 s between probes), where the JDK can. */
@@ -878,6 +972,8 @@ public final class Session implements AutoCloseable {
                 wake.signal();
             } else {
                 held.put(c.key, a.token());
+                heldId.put(c.key, c.id);
+                reserved.add(c.id);
             }
         }
         if (c.action == SessionWire.CLOSE && a.status() == Wire.OK) {
@@ -887,12 +983,24 @@ public final class Session implements AutoCloseable {
     }
 
     /**
-     * Fails the calls that were waiting on the lost connection; mu is held. Lock and TryLock
-     * requests among them may have been granted: they become strays, released after the resume.
+     * Sets aside the Locks and TryLocks that were waiting on the lost connection, to be reissued
+     * with their ids after the resume, and fails the other calls; mu is held. A Lock or TryLock
+     * whose caller had given up may have been granted: it becomes a stray, released after the
+     * resume.
      */
     private void disconnected(IOException cause) {
         String why = "session " + idHex() + " connection lost before the answer: " + cause;
+        List<Call> reissue = new ArrayList<>();
         for (Call c : pending.values()) {
+            if (c.grants() && c.internal == null && !c.gaveUp) {
+                // The server answers a grant it made for this request at once when the same id
+                // comes again (Reissue), and otherwise carries the request out anew.
+                c.sent = false;
+                c.reissue = true;
+                reserved.add(c.id);
+                reissue.add(c);
+                continue;
+            }
             switch (c.action) {
                 case SessionWire.LOCK:
                 case SessionWire.TRY_LOCK:
@@ -917,6 +1025,21 @@ public final class Session implements AutoCloseable {
         ping = null;
         // Queued Cancels name Locks of the lost connection, now failed; a queued Ping is of no use.
         queue.removeIf(c -> c.action == SessionWire.CANCEL || c.action == SessionWire.PING);
+        // The reissues go first, in the order they were made, so that they keep their place before
+        // what was asked after them.
+        reissue.sort(Comparator.comparingLong(c -> c.seq));
+        for (int i = reissue.size() - 1; i >= 0; i--) {
+            queue.addFirst(reissue.get(i));
+        }
+    }
+
+    /** The program no longer holds key through this session; mu is held. */
+    private void forget(String key) {
+        held.remove(key);
+        Integer old = heldId.remove(key);
+        if (old != null) {
+            reserved.remove(old);
+        }
     }
 
     /**
@@ -942,8 +1065,7 @@ public final class Session implements AutoCloseable {
                 return null;
             }
             try {
-                long leftMillis = Math.max(1, TimeUnit.NANOSECONDS.toMillis(left));
-                Opened o = dial(host, port, openFrame(id), Math.min(connectTimeout.toMillis(), leftMillis), leftMillis);
+                Opened o = dialAny(endpoints, tls, serverName, openFrame(id), connectTimeout.toMillis(), deadline);
                 if (o.answer.status() != Wire.OK) {
                     lose("the server refused to resume it (expired, ended from the web, or the server restarted without its log)", null);
                     return null;
@@ -1035,6 +1157,8 @@ public final class Session implements AutoCloseable {
         queue.clear();
         strays.clear();
         held.clear();
+        heldId.clear();
+        reserved.clear();
         wake.signalAll();
         ended.countDown();
         timer.shutdown();
@@ -1121,7 +1245,7 @@ public final class Session implements AutoCloseable {
             if (c.action != SessionWire.CANCEL && pending.size() >= limit) {
                 continue;
             }
-            if (buf.remaining() < MAX_FRAME) {
+            if (buf.remaining() < MAX_FRAME + 14) { // a frame, and perhaps its Cancel
                 break;
             }
             it.remove();
@@ -1132,20 +1256,34 @@ public final class Session implements AutoCloseable {
                 SessionWire.request(buf, SessionWire.CANCEL, c.cancels, 0, NO_KEY);
                 continue;
             }
-            int i = nextId;
-            while (pending.containsKey(i)) {
-                i++;
+            int i;
+            if (c.reissue) {
+                reserved.remove(c.id);
             }
-            nextId = i + 1;
+            if (c.reissue && !pending.containsKey(c.id)) {
+                i = c.id;
+            } else {
+                i = nextId;
+                while (pending.containsKey(i) || reserved.contains(i)) {
+                    i++;
+                }
+                nextId = i + 1;
+            }
+            c.reissue = false;
             c.id = i;
             pending.put(i, c);
             if (c.action == SessionWire.UNLOCK && c.internal == null) {
                 Long t = held.get(c.key);
                 if (t != null && (c.token == 0 || c.token == t)) {
-                    held.remove(c.key);
+                    forget(c.key);
                 }
             }
             SessionWire.request(buf, c.action, i, c.token, c.keyBytes);
+            if (c.action == SessionWire.LOCK && c.gaveUp) {
+                // A reissue whose caller gave up before it went out: withdrawn at once (a grant it
+                // finds is given back when its '+' comes).
+                SessionWire.request(buf, SessionWire.CANCEL, i, 0, NO_KEY);
+            }
         }
         if (any) {
             lastSent = now;
@@ -1182,8 +1320,9 @@ public final class Session implements AutoCloseable {
     /** Builder of a {@link Session}. */
     public static final class Builder {
         private String address = "localhost:" + LockingCenter.DEFAULT_PORT;
-        private String host = "localhost";
-        private int port = LockingCenter.DEFAULT_PORT;
+        private List<String[]> endpoints = List.<String[]>of(new String[] {"localhost", String.valueOf(LockingCenter.DEFAULT_PORT)});
+        private SSLContext tls;
+        private String serverName;
         private String source = "";
         private String auth = "";
         private Duration ttl = Duration.ZERO;
@@ -1193,12 +1332,48 @@ public final class Session implements AutoCloseable {
 
         private Builder() {}
 
-        /** Server address: "host:port", "host" (port 22119) or "[::1]:port". */
+        /**
+         * Server address: "host:port", "host" (port 22119) or "[::1]:port"; or several, comma
+         * separated ("a:22119,b:22119,c:22119", the nodes of a cluster). A name with several DNS
+         * records counts as all of them. The session opens on any that answers, in random order, and
+         * resumes through any of them.
+         */
         public Builder address(String address) {
-            String[] hp = LockingCenter.splitAddress(address);
-            this.address = address;
-            this.host = hp[0];
-            this.port = Integer.parseInt(hp[1]);
+            if (address == null || address.isBlank()) {
+                throw new IllegalArgumentException("address must not be empty");
+            }
+            return addresses(List.of(address.split(",")));
+        }
+
+        /** The servers to try, as {@link #address(String)} says; each "host:port" or "host". */
+        public Builder addresses(List<String> addresses) {
+            List<String[]> list = new ArrayList<>();
+            for (String a : addresses) {
+                if (a != null && !a.isBlank()) {
+                    list.add(LockingCenter.splitAddress(a.trim()));
+                }
+            }
+            if (list.isEmpty()) {
+                throw new IllegalArgumentException("no address given");
+            }
+            this.endpoints = List.copyOf(list);
+            this.address = String.join(",", addresses);
+            return this;
+        }
+
+        /**
+         * Speaks TLS with this context (a server started with TLS_CERT/TLS_KEY; with a client
+         * certificate in it for TLS_CLIENT_CA). {@link Tls#context} makes one from PEM files. The
+         * server's certificate must name the host dialled, or {@link #serverName(String)}.
+         */
+        public Builder tls(SSLContext context) {
+            this.tls = Objects.requireNonNull(context, "context");
+            return this;
+        }
+
+        /** The name the server's certificate must show, instead of the host of each address. */
+        public Builder serverName(String name) {
+            this.serverName = name;
             return this;
         }
 
@@ -1230,7 +1405,11 @@ public final class Session implements AutoCloseable {
             return this;
         }
 
-        /** Time allowed to open a connection (default 5 s). */
+        /**
+         * Time allowed for one attempt on one address: connect, TLS handshake and the open's answer
+         * (default 5 s). {@link #open()} tries every address at least once, and goes round them
+         * again with a back-off until this much time has passed.
+         */
         public Builder connectTimeout(Duration timeout) {
             this.connectTimeout = positive(timeout);
             return this;
@@ -1268,12 +1447,26 @@ public final class Session implements AutoCloseable {
             long ttlMillis = ttl.isZero() ? 0 : Math.min(0xffffffffL, Math.max(1, ms));
             byte[] frame = SessionWire.open(SessionWire.VERSION, ttlMillis, 0, source, auth);
             Opened o;
-            try {
-                o = dial(host, port, frame, connectTimeout.toMillis(), requestTimeout.toMillis());
-            } catch (SocketTimeoutException e) {
-                throw new UnreachableException("opening a session with " + address + " timed out", e);
-            } catch (IOException e) {
-                throw new UnreachableException("cannot open a session with " + address + ": " + e.getMessage(), e);
+            long start = System.nanoTime();
+            long backoff = MIN_BACKOFF_NANOS;
+            while (true) {
+                try {
+                    o = dialAny(endpoints, tls, serverName, frame, connectTimeout.toMillis(), 0);
+                    break;
+                } catch (IOException e) {
+                    long left = connectTimeout.toNanos() - (System.nanoTime() - start);
+                    if (left <= 0) {
+                        throw new UnreachableException("cannot open a session with " + address + ": " + e.getMessage(), e);
+                    }
+                    try {
+                        Thread.sleep(TimeUnit.NANOSECONDS.toMillis(Math.min(left,
+                                backoff / 2 + ThreadLocalRandom.current().nextLong(backoff / 2 + 1))) + 1);
+                    } catch (InterruptedException ie) {
+                        Thread.currentThread().interrupt();
+                        throw new UnreachableException("interrupted while opening a session with " + address, ie);
+                    }
+                    backoff = Math.min(2 * backoff, MAX_BACKOFF_NANOS);
+                }
             }
             if (o.answer.status() != Wire.OK) {
                 throw new RefusedException("the server at " + address

@@ -57,7 +57,12 @@ final class V1Reactor {
 
     /** One v1 request; its fields other than {@link #claimed} are the reactor thread's. */
     static final class Op {
-        final InetSocketAddress target;
+        /** The addresses to try, in order, until one takes the connection. */
+        final List<InetSocketAddress> targets;
+        /** The address being tried; the reactor thread's. */
+        InetSocketAddress target;
+        /** How many of targets were tried. */
+        int tried;
         final byte[] frame;
         final boolean withdrawable;
         final long connectNanos;
@@ -76,9 +81,10 @@ final class V1Reactor {
         boolean hungUp;
         long graceDeadline;
 
-        Op(InetSocketAddress target, byte[] frame, boolean withdrawable, long connectNanos, long deadline,
+        Op(List<InetSocketAddress> targets, byte[] frame, boolean withdrawable, long connectNanos, long deadline,
                 java.util.function.Supplier<LockingCenterException> onDeadline, Handler handler) {
-            this.target = target;
+            this.targets = List.copyOf(targets);
+            this.target = targets.get(0);
             this.frame = frame;
             this.withdrawable = withdrawable;
             this.connectNanos = connectNanos;
@@ -205,6 +211,7 @@ final class V1Reactor {
         if (op.claimed.get()) {
             return; // given up before it started: nothing was sent
         }
+        op.target = op.targets.get(op.tried++);
         op.connectDeadline = System.nanoTime() + op.connectNanos;
         try {
             SocketChannel ch = SocketChannel.open();
@@ -219,8 +226,22 @@ final class V1Reactor {
                 ch.register(sel, SelectionKey.OP_CONNECT, op);
             }
         } catch (IOException e) {
-            fail(op, new UnreachableException("cannot connect to " + op.target + ": " + e.getMessage(), e));
+            connectFailed(op, new UnreachableException("cannot connect to " + op.target + ": " + e.getMessage(), e));
         }
+    }
+
+    /**
+     * The connection to op's address failed before anything was sent: try the next address, or
+     * fail op when none is left.
+     */
+    private void connectFailed(Op op, LockingCenterException e) {
+        if (op.tried >= op.targets.size() || op.claimed.get()) {
+            fail(op, e);
+            return;
+        }
+        end(op);
+        op.channel = null;
+        begin(op);
     }
 
     private void connected(Op op) throws IOException {
@@ -270,7 +291,12 @@ final class V1Reactor {
                 }
             }
         } catch (IOException e) {
-            fail(op, new UnreachableException("connection to " + op.target + " failed: " + e.getMessage(), e));
+            UnreachableException why = new UnreachableException("connection to " + op.target + " failed: " + e.getMessage(), e);
+            if (!op.connected) {
+                connectFailed(op, why); // nothing was sent: the next address may take it
+            } else {
+                fail(op, why);
+            }
         }
     }
 
@@ -281,7 +307,7 @@ final class V1Reactor {
             return;
         }
         if (!op.connected && op.connectDeadline - op.deadline <= 0) {
-            fail(op, new UnreachableException("connect to " + op.target + " timed out after "
+            connectFailed(op, new UnreachableException("connect to " + op.target + " timed out after "
                     + TimeUnit.NANOSECONDS.toMillis(op.connectNanos) + " ms", null));
             return;
         }

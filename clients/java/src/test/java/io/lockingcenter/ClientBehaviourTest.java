@@ -378,7 +378,7 @@ class ClientBehaviourTest {
                     Socket s = new Socket();
                     fillers.add(s);
                     try {
-                        s.connect(full.getLocalSocketAddress(), 200);
+                        s.connect(full.getLocalSocketAddress(), 1000); // long enough not to time out on a loaded machine
                     } catch (SocketTimeoutException e) {
                         hangs = true;
                     }
@@ -388,7 +388,8 @@ class ClientBehaviourTest {
                 LockingCenter lc = LockingCenter.builder().address("127.0.0.1:" + full.getLocalPort())
                         .connectTimeout(Duration.ofMillis(300)).build();
                 long start = System.nanoTime();
-                UnreachableException e = assertThrows(UnreachableException.class, () -> lc.lock("k"));
+                // A lock timeout too, so that a connect that completes after all cannot hang the test.
+                UnreachableException e = assertThrows(UnreachableException.class, () -> lc.lock("k", Duration.ofSeconds(10)));
                 long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
                 assertTrue(ms >= 250 && ms < 3000, "gave up after " + ms + " ms, connect timeout 300 ms");
                 assertInstanceOf(SocketTimeoutException.class, e.getCause());

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -34,10 +35,13 @@ const (
 // After the handshake the dialer sends one purpose byte: what the
 // connection is for. A forwarded client connection then sends a preamble,
 // the client's own address ([size:2][address]), and the client's bytes
-// follow both ways.
+// follow both ways. A web connection carries HTTP/1.1 to the node's web
+// port: a follower's forwarded web requests, a node asking another for its
+// status.
 const (
 	purposeRaft    = 'R'
 	purposeForward = 'F'
+	purposeWeb     = 'W'
 	maxPreamble    = 512
 )
 
@@ -61,6 +65,9 @@ type streamLayer struct {
 	// with the address it claims; nil refuses them. It must return
 	// quickly: it is called in the handshake's goroutine.
 	forward func(c net.Conn, remote string)
+	// web receives every authenticated web connection; nil refuses them.
+	// It must return quickly, like forward.
+	web func(c net.Conn)
 
 	conns chan net.Conn // authenticated connections for Accept
 	done  chan struct{} // closed by Close: the accept loop and handshakes end
@@ -107,13 +114,13 @@ func (s *streamLayer) untrack(c net.Conn) {
 
 // newStreamLayer listens on address; advertise is the address other nodes
 // dial (what raft names this node by).
-func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string)) (*streamLayer, error) {
+func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string), web func(net.Conn)) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_ADDRESS %q: %w", address, err)
 	}
 	s := &streamLayer{
-		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward,
+		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, web: web,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
 	}
@@ -162,6 +169,15 @@ func (s *streamLayer) acceptLoop() {
 					return
 				}
 				s.forward(c, remote)
+				return
+			}
+			if err == nil && purpose == purposeWeb {
+				s.untrack(c)
+				if s.web == nil {
+					c.Close()
+					return
+				}
+				s.web(c)
 				return
 			}
 			if err != nil {
@@ -260,6 +276,26 @@ func dialForward(address string, token []byte, remote string, timeout time.Durat
 	return c, nil
 }
 
+// dialWeb connects to address, authenticates both ways and asks for its
+// web port.
+func dialWeb(ctx context.Context, address string, token []byte) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, err
+	}
+	// The handshake is bounded by its own deadline.
+	if err := dialHandshake(c, token); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: web to %s: %w", address, err)
+	}
+	if _, err := c.Write([]byte{purposeWeb}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: web to %s: %w", address, err)
+	}
+	return c, nil
+}
+
 // readPurpose reads the purpose byte and, for a forwarded connection, the
 // client's address, within the handshake's time.
 func readPurpose(c net.Conn) (byte, string, error) {
@@ -270,7 +306,7 @@ func readPurpose(c net.Conn) (byte, string, error) {
 		return 0, "", fmt.Errorf("read purpose: %w", err)
 	}
 	switch p[0] {
-	case purposeRaft:
+	case purposeRaft, purposeWeb:
 		return p[0], "", nil
 	case purposeForward:
 	default:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/locking-center/locking-center/assets"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 )
 
@@ -155,6 +156,9 @@ type confirmData struct {
 	Keys int
 	// For a session: what it is.
 	Session locker.SessionInfo
+	// For a hand-over ("transfer", Name the node or "") or a removal
+	// ("remove"): the cluster as this node sees it.
+	Cluster api.Cluster
 }
 
 func parseQuery(r *http.Request) query {
@@ -391,7 +395,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, c te
 	h.Set("Vary", "X-Live")
 	// Render into memory first so that a failure can still change the status.
 	var b bytes.Buffer
-	if err := c.Render(r.Context(), &b); err != nil {
+	if err := c.Render(s.withCluster(r.Context(), r), &b); err != nil {
 		s.log.Error("render failed", "path", r.URL.Path, "err", err)
 		http.Error(w, "500 internal server error: the page could not be rendered", http.StatusInternalServerError)
 		return

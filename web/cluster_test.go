@@ -63,7 +63,9 @@ func clusterFixture(t *testing.T, follower bool, leaderID string, toLeader http.
 			Leader:       func() string { return leaderID },
 			Follower:     follower,
 			AppliedIndex: func() uint64 { return 118 },
-			Status:       func() api.Cluster { return threeNodes("n1", map[bool]string{true: "follower", false: "leader"}[follower]) },
+			Status: func() api.Cluster {
+				return threeNodes("n1", map[bool]string{true: "follower", false: "leader"}[follower])
+			},
 			Peer: func(_ context.Context, address string) (api.Cluster, error) {
 				if st, ok := peerViews[address]; ok {
 					return st, nil

@@ -170,21 +170,24 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		replica *cluster.Replica
 		fmu     sync.Mutex
 		fTable  *locker.Table
+		fIndex  *atomic.Uint64 // the index fTable shows
 		fWeb    http.Handler
 	)
 	followerWeb := func() http.Handler {
 		fmu.Lock()
 		defer fmu.Unlock()
 		if replica == nil {
-			replica = cluster.NewReplica(fe.Node().FSM())
+			replica = cluster.NewReplica(fe.Node())
 		}
 		t, index := replica.Table()
 		if t != fTable {
 			o := webOpts
 			o.Table = t
-			o.Cluster = webCluster(true, func() uint64 { return index })
-			fTable, fWeb = t, web.New(o) // web.New makes it the source of the gauges
+			shown := new(atomic.Uint64)
+			o.Cluster = webCluster(true, shown.Load)
+			fTable, fIndex, fWeb = t, shown, web.New(o) // web.New makes it the source of the gauges
 		}
+		fIndex.Store(index)
 		return fWeb
 	}
 	fe.OnEngine = func(t *locker.Table) {

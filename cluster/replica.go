@@ -15,6 +15,9 @@ import (
 // expires (the leader's clocks).
 type Replica struct {
 	fsm *FSM
+	// raftApplied is raft's applied index, which also counts the
+	// entries that do not reach the FSM (configurations, barriers).
+	raftApplied func() uint64
 
 	// mu guards the fields below and serializes builds.
 	mu    sync.Mutex
@@ -24,15 +27,17 @@ type Replica struct {
 	took  time.Duration
 }
 
-// NewReplica returns a Replica of fsm.
-func NewReplica(fsm *FSM) *Replica { return &Replica{fsm: fsm} }
+// NewReplica returns a Replica of the node's FSM.
+func NewReplica(n *Node) *Replica { return &Replica{fsm: n.fsm, raftApplied: n.raft.AppliedIndex} }
 
 // replicaMaxAge bounds how long a replica is kept while entries are being
 // applied: a build may cost at most about a tenth of one processor, and
 // the table shown is never older than this.
 const replicaMaxAge = 5 * time.Second
 
-// Table returns the replica's table and the applied index it shows. It
+// Table returns the replica's table and the applied index it shows: the
+// last entry raft applied when the table is current (entries that are not
+// commands change no state), else the last command it holds. It
 // rebuilds it when entries were applied since, unless the last build is
 // younger than ten times what it took (so that a large table under a
 // stream of writes is rebuilt at most every so often, never more than
@@ -40,9 +45,16 @@ const replicaMaxAge = 5 * time.Second
 func (r *Replica) Table() (*locker.Table, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Raft's index is read first: a command applied up to it has reached
+	// the FSM by then, so when the FSM's last command is still the
+	// table's, the table is the state as of raft's index too.
+	ra := r.raftApplied()
 	var applied uint64
 	r.fsm.View(func(_ *locker.State, a uint64) { applied = a })
-	if r.table != nil && (applied == r.index || time.Since(r.built) < min(10*r.took, replicaMaxAge)) {
+	if r.table != nil && applied == r.index {
+		return r.table, max(ra, r.index)
+	}
+	if r.table != nil && time.Since(r.built) < min(10*r.took, replicaMaxAge) {
 		return r.table, r.index
 	}
 	start := time.Now()
@@ -81,5 +93,9 @@ func (r *Replica) Table() (*locker.Table, uint64) {
 		t.RestoreSession(s.id, s.r.Source, s.r.Remote, s.r.TTL, 0)
 	}
 	r.table, r.index, r.built, r.took = t, applied, time.Now(), time.Since(start)
+	if ra >= applied {
+		// No command between the two readings: ra's state is this one.
+		return r.table, ra
+	}
 	return r.table, r.index
 }

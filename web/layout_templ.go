@@ -293,8 +293,8 @@ func name(s string) templ.Component {
 
 // clusterBar says, on every page of a cluster node, which node served it
 // and who leads; on a follower, the index its figures are as of and a link
-// to the leader's view. It renders nothing on a single node. Live pages
-// include it in their live part, so that it stays current.
+// to the leader's view. It renders nothing on a single node. The live part
+// of a page carries it too (render), so that it stays current.
 func clusterBar() templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context

@@ -395,7 +395,14 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, c te
 	h.Set("Vary", "X-Live")
 	// Render into memory first so that a failure can still change the status.
 	var b bytes.Buffer
-	if err := c.Render(s.withCluster(r.Context(), r), &b); err != nil {
+	ctx := s.withCluster(r.Context(), r)
+	if isLive(r) {
+		// The live part of a cluster node's page carries the line that
+		// says who served it, so that it stays current (nothing on a
+		// single node).
+		c = templ.Join(clusterBar(), c)
+	}
+	if err := c.Render(ctx, &b); err != nil {
 		s.log.Error("render failed", "path", r.URL.Path, "err", err)
 		http.Error(w, "500 internal server error: the page could not be rendered", http.StatusInternalServerError)
 		return

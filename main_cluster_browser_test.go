@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/locking-center/locking-center/internal/lctest"
+)
+
+// TestClusterPageInBrowser opens the cluster page of a follower of a real
+// 3-node cluster (the binary, three processes) in a headless chromium: it
+// lists the three nodes, marks the leader, says which node served it and
+// who leads, and its hand-over button leads to a confirmation whose form
+// posts to /cluster/transfer. A screenshot is saved (cluster.png in
+// $LC_SCREENSHOT_DIR when that is set).
+func TestClusterPageInBrowser(t *testing.T) {
+	chrome := lctest.Chromium(t, "the real-browser test of the cluster page")
+	nodes := startCluster(t, 3, nil)
+	leader := awaitLeader(t, nodes, 20*time.Second)
+	var f *clusterNode
+	for _, nd := range nodes {
+		if nd != leader {
+			f = nd
+			break
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	alloc, stopAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.WindowSize(1360, 820),
+	)
+	defer stopAlloc()
+	browser, stopBrowser := chromedp.NewContext(alloc)
+	defer stopBrowser()
+
+	css := func(sel string, a ...any) chromedp.CSS { return chromedp.CSS(fmt.Sprintf(sel, a...)) }
+	if err := chromedp.Do(browser,
+		chromedp.Navigate("http://"+f.Web+"/cluster"),
+		chromedp.WaitVisible(css(`[data-testid="nodes"]`)),
+	); err != nil {
+		t.Fatalf("open the cluster page: %v", err)
+	}
+	text := func(sel string, a ...any) string {
+		t.Helper()
+		s, err := chromedp.Run(browser, chromedp.Text(css(sel, a...)))
+		if err != nil {
+			t.Fatalf("%s: %v", fmt.Sprintf(sel, a...), err)
+		}
+		return s
+	}
+	rows, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="node-row"]').length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servedBy, leads := text(`[data-testid="served-by"]`), text(`[data-testid="leader"]`)
+	leaderRole := text(`tr[data-node=%q] [data-testid="node-role"]`, leader.id)
+	if rows != 3 || servedBy != f.id || leads != leader.id || !strings.Contains(strings.ToLower(leaderRole), "leader") {
+		t.Fatalf("cluster page: %d rows, served by %q, leader %q, leader's role %q; want 3, %s, %s, leader",
+			rows, servedBy, leads, leaderRole, f.id, leader.id)
+	}
+	// Every node's applied index is known (the others told theirs).
+	applied, err := chromedp.Run(browser, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('[data-testid="node-applied"]')).map(e => e.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range applied {
+		if a == "—" || a == "" {
+			t.Errorf("a node's applied index is not shown: %q", applied)
+		}
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "cluster.png", shot)
+	}
+
+	// The hand-over button: a confirmation first, whose form posts the
+	// node's id to /cluster/transfer.
+	if err := chromedp.Do(browser,
+		chromedp.Click(css(`tr[data-node=%q] [data-testid="transfer"]`, f.id)),
+		chromedp.WaitVisible(css(`[data-testid="confirm-transfer"]`)),
+	); err != nil {
+		t.Fatalf("hand-over confirmation: %v", err)
+	}
+	form, err := chromedp.Run(browser, chromedp.Evaluate[[]string](
+		`(() => { const f = document.querySelector('form.confirm-actions'); return [f.getAttribute('action'), f.method, f.elements.id.value]; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(form) != 3 || form[0] != "/cluster/transfer" || form[1] != "post" || form[2] != f.id {
+		t.Fatalf("hand-over form: %q; want action /cluster/transfer, method post, id %s", form, f.id)
+	}
+}
+
+// saveScreenshot keeps a screenshot in the test's artifact folder, and in
+// $LC_SCREENSHOT_DIR when that is set.
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dirs := []string{t.ArtifactDir()}
+	if d := os.Getenv("LC_SCREENSHOT_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
+			t.Errorf("save %s: %v", name, err)
+		}
+	}
+}

@@ -100,7 +100,7 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 			return tlsError(err)
 		}
 	}
-	meters := metrics.New(metrics.Options{})
+	meters := metrics.New(metrics.Options{Cluster: true})
 	fe := &cluster.Frontend{
 		NewWire: func() *wire.Server {
 			s := &wire.Server{RequestTimeout: cfg.RequestTimeout, MaxConnections: cfg.MaxConnections,
@@ -217,6 +217,7 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	}
 
 	cc.Node.Logger = logger
+	cc.Node.OnApply = meters.ObserveApply
 	node, err = fe.Start(cc.Node)
 	if err != nil {
 		tcpLn.Close()
@@ -225,6 +226,13 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		}
 		return err
 	}
+	meters.SetClusterSource(func() metrics.ClusterGauges {
+		f := node.Figures()
+		return metrics.ClusterGauges{Leader: f.Leader, Term: f.Term, CommitIndex: f.CommitIndex,
+			AppliedIndex: f.AppliedIndex, LastContact: f.LastContact, Voters: f.Voters, Nonvoters: f.Nonvoters,
+			Forwarded: fe.Forwarded(), LeaderChanges: fe.LeaderChanges(), SessionTTLRestarts: fe.SessionTTLRestarts()}
+	})
+
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	var webSrv, peerSrv *http.Server

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/client/protocol"
 )
 
-// webGet gets path from a node's web port: status, body, headers.
+// webDo sends a request to a node's web port: status, body, headers.
 func webDo(t *testing.T, method, url, body string) (int, string, http.Header) {
 	t.Helper()
 	var rd io.Reader
@@ -34,6 +36,18 @@ func webDo(t *testing.T, method, url, body string) (int, string, http.Header) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// metricValue reads one sample from an exposition; -1 when absent.
+func metricValue(exposition, series string) float64 {
+	for line := range strings.Lines(exposition) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 // awaitWeb polls until ok accepts a node's answer, or fails the test.
@@ -147,6 +161,49 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 		if n.Applied == nil || n.LastContact == nil {
 			t.Errorf("node %s: applied index or last contact not known through %s: %s", n.ID, f.id, body)
 		}
+	}
+
+	// Metrics: who leads, the members, what a grant paid, and the client
+	// connections each node serves (a session through the follower counts
+	// as forwarded there and as served on both).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, err := client.NewSession(ctx, f.Addr, client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatalf("session through a follower: %v", err)
+	}
+	if _, err := sess.Lock(ctx, "web-m"); err != nil {
+		t.Fatal(err)
+	}
+	scrape := func(nd *clusterNode) string {
+		code, body, _ := webDo(t, "GET", "http://"+nd.Web+"/metrics", "")
+		if code != 200 {
+			t.Fatalf("%s /metrics: %d", nd.id, code)
+		}
+		return body
+	}
+	lm, fm := scrape(leader), scrape(f)
+	for _, c := range []struct {
+		metrics, series string
+		ok              func(float64) bool
+	}{
+		{lm, "locking_center_raft_is_leader", func(v float64) bool { return v == 1 }},
+		{fm, "locking_center_raft_is_leader", func(v float64) bool { return v == 0 }},
+		{fm, `locking_center_raft_peers{suffrage="voter"}`, func(v float64) bool { return v == 3 }},
+		{lm, "locking_center_raft_apply_duration_seconds_count", func(v float64) bool { return v >= 3 }},
+		{lm, "locking_center_raft_term", func(v float64) bool { return v >= 1 }},
+		{fm, "locking_center_raft_leader_changes_total", func(v float64) bool { return v >= 1 }},
+		{fm, "locking_center_forwarded_connections", func(v float64) bool { return v == 1 }},
+		{fm, "locking_center_connections", func(v float64) bool { return v == 1 }},
+		{lm, "locking_center_connections", func(v float64) bool { return v >= 1 }},
+		{fm, "locking_center_held_keys", func(v float64) bool { return v >= 0 }},
+	} {
+		if v := metricValue(c.metrics, c.series); !c.ok(v) {
+			t.Errorf("%s = %v", c.series, v)
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	// No leader: the last node answers writes 503, X-LC-Leader empty.

@@ -87,8 +87,9 @@ func clusterFromEnv(getenv func(string) string, c config) (*clusterConfig, error
 // runCluster serves as one node of a cluster until ctx ends or
 // SIGTERM/SIGINT arrives. The lock port is the Frontend's: the leader's
 // engine serves it, a follower forwards it. The web port shows the
-// leader's engine; a follower serves its probes, /metrics and
-// /api/v1/cluster, and answers 503 (naming the leader) to the rest.
+// leader's engine on the leader; on a follower its applied state, and it
+// forwards writes, ?consistent=1 and the sessions to the leader over the
+// cluster port, where the same web handler serves them (SPEC §8.4).
 func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady ready) error {
 	cc := cfg.Cluster
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

@@ -45,7 +45,13 @@
 // handshake, with the client's address in a preamble; and VerifyLeader
 // rounds, shared, before answers that change nothing.
 //
-// Not here yet: membership changes (CLUSTER_JOIN), migration from a single
-// node's log, TLS on the cluster port, follower reads on the web port, the
+// The cluster port also carries web connections (DialWeb, Config.OnWeb):
+// HTTP to another node's web handler, for a follower's forwarded web
+// requests and a node's status, so that no node needs another's web
+// address. Replica is a follower's read-only table of its applied state
+// for its web port; Node.Figures and the Frontend's counters are the
 // cluster's metrics.
+//
+// Not here yet: membership changes (CLUSTER_JOIN), migration from a single
+// node's log, TLS on the cluster port.
 package cluster

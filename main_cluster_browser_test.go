@@ -78,16 +78,14 @@ func TestClusterPageInBrowser(t *testing.T) {
 		t.Fatalf("cluster page: %d rows, served by %q, leader %q, leader's role %q; want 3, %s, %s, leader",
 			rows, servedBy, leads, leaderRole, f.id, leader.id)
 	}
-	// Every node's applied index is known (the others told theirs).
-	applied, err := chromedp.Run(browser, chromedp.Evaluate[[]string](
-		`Array.from(document.querySelectorAll('[data-testid="node-applied"]')).map(e => e.textContent)`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range applied {
-		if a == "—" || a == "" {
-			t.Errorf("a node's applied index is not shown: %q", applied)
-		}
+	// Every node's applied index is shown (the others told theirs; the
+	// page refreshes itself until they have, on a loaded machine).
+	if _, err := chromedp.Run(browser, chromedp.Poll[bool](
+		`Array.from(document.querySelectorAll('[data-testid="node-applied"]')).every(e => /^[0-9]+$/.test(e.textContent))`,
+		chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		applied, _ := chromedp.Run(browser, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll('[data-testid="node-applied"]')).map(e => e.textContent)`))
+		t.Fatalf("the nodes' applied indexes are not all shown: %q (%v)", applied, err)
 	}
 	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
 		saveScreenshot(t, "cluster.png", shot)

@@ -144,24 +144,28 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 		t.Fatalf("the reset form through a follower: %d\n%s", resp.StatusCode, page)
 	}
 
-	// The cluster's status through a follower: every node's applied index.
-	code, body, _ = webDo(t, "GET", "http://"+f.Web+"/api/v1/cluster", "")
-	var st struct {
-		Node  string `json:"node"`
-		Nodes []struct {
-			ID          string  `json:"id"`
-			Applied     *uint64 `json:"applied_index"`
-			LastContact *int64  `json:"last_contact_ms"`
-		} `json:"nodes"`
-	}
-	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || len(st.Nodes) != 3 {
-		t.Fatalf("cluster status: %d %v %s", code, err, body)
-	}
-	for _, n := range st.Nodes {
-		if n.Applied == nil || n.LastContact == nil {
-			t.Errorf("node %s: applied index or last contact not known through %s: %s", n.ID, f.id, body)
+	// The cluster's status through a follower: every node's applied index
+	// and last contact, the others' from their own answers.
+	awaitWeb(t, "every node's figures through a follower", 10*time.Second, func() (bool, string) {
+		code, body, _ := webDo(t, "GET", "http://"+f.Web+"/api/v1/cluster", "")
+		var st struct {
+			Node  string `json:"node"`
+			Nodes []struct {
+				ID          string  `json:"id"`
+				Applied     *uint64 `json:"applied_index"`
+				LastContact *int64  `json:"last_contact_ms"`
+			} `json:"nodes"`
 		}
-	}
+		if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || len(st.Nodes) != 3 {
+			return false, body
+		}
+		for _, n := range st.Nodes {
+			if n.Applied == nil || n.LastContact == nil {
+				return false, body
+			}
+		}
+		return true, body
+	})
 
 	// Metrics: who leads, the members, what a grant paid, and the client
 	// connections each node serves (a session through the follower counts

@@ -170,8 +170,11 @@ func (s *server) clusterRoute(next http.Handler) http.Handler {
 	})
 }
 
-// peerTimeout bounds the wait for another node's view of the cluster.
-const peerTimeout = time.Second
+// peerTimeout bounds the wait for another node's view of the cluster: a
+// node that is frozen or cut off delays a status by this much at most
+// (and shows null), while probes and tools that ask for it with a timeout
+// of a second still get it.
+const peerTimeout = 500 * time.Millisecond
 
 // clusterStatus returns this node's view of the cluster; with peers, each
 // other node's applied index and last contact with the leader come from

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/internal/lctest"
 )
 
@@ -106,6 +107,28 @@ func TestClusterPageInBrowser(t *testing.T) {
 	}
 	if len(form) != 3 || form[0] != "/cluster/transfer" || form[1] != "post" || form[2] != f.id {
 		t.Fatalf("hand-over form: %q; want action /cluster/transfer, method post, id %s", form, f.id)
+	}
+
+	// The follower's dashboard: a key held through the leader shows once
+	// applied, "as of index N", and the queue is said to be the leader's.
+	for _, key := range []string{"browser/a", "browser/b"} { // b's entry commits a's on the followers
+		b, _ := protocol.Frame{Action: protocol.Lock, Key: key}.Append(nil)
+		if got := raw(t, leader.Addr, b); got != '+' {
+			t.Fatalf("Lock %s: %q", key, got)
+		}
+	}
+	if err := chromedp.Do(browser,
+		chromedp.Navigate("http://"+f.Web+"/"),
+		chromedp.WaitVisible(css(`tr[data-key="browser/a"]`)),
+	); err != nil {
+		t.Fatalf("a follower's dashboard: %v", err)
+	}
+	bar, next := text(`[data-testid="cluster-bar"]`), text(`tr[data-key="browser/a"] [data-testid="next"]`)
+	if !strings.Contains(bar, "as of index") || !strings.Contains(bar, leader.id) || !strings.Contains(next, "queued on the leader") {
+		t.Fatalf("a follower's dashboard: bar %q, next in line %q", bar, next)
+	}
+	if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+		saveScreenshot(t, "cluster-follower-dashboard.png", shot)
 	}
 }
 

@@ -202,6 +202,8 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		o := webOpts
 		o.Table = t
 		o.Cluster = webCluster(false, func() uint64 { return fe.Node().Raft().AppliedIndex() })
+		// What the lock port's answers that change nothing wait for.
+		o.Cluster.Confirm = fe.Node().VerifyLeader
 		h := web.New(o)
 		webNow.Store(&h)
 	}

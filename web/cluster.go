@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/web/api"
 )
 
@@ -49,6 +51,11 @@ type Cluster struct {
 	ToLeader http.Handler
 	// Members changes the membership (on the leader); nil answers 501.
 	Members Members
+	// Confirm, on the leader, is called before an answer that changes
+	// nothing (a reset that found nothing, an unknown session): it checks
+	// that this node still leads (SPEC §8.1), as the lock port does. An
+	// error answers 503 instead.
+	Confirm func() error
 }
 
 // Members changes the cluster's membership (SPEC §8.7). Its errors may
@@ -67,6 +74,44 @@ var (
 	ErrRefused     = errors.New("membership change refused")
 	ErrNoLeader    = errors.New("this node does not lead the cluster")
 )
+
+// errNotConfirmed wraps a Confirm failure: the answer that changes nothing
+// could not be given (503).
+var errNotConfirmed = errors.New("this node could not confirm that it still leads the cluster, so it cannot say that nothing changed: try again")
+
+// confirmNothing is called before an answer that changes nothing; it
+// returns an error wrapping errNotConfirmed when Confirm fails.
+func (s *server) confirmNothing() error {
+	c := s.opts.Cluster
+	if c == nil || c.Confirm == nil {
+		return nil
+	}
+	if err := c.Confirm(); err != nil {
+		return fmt.Errorf("%w (%w)", errNotConfirmed, err)
+	}
+	return nil
+}
+
+// failStatus is the status of a failed reset or session end: 503 when its
+// outcome is not known or could not be confirmed (SPEC §8.5: never an
+// answer that says nothing changed), 500 when the journal refused it.
+func failStatus(err error) int {
+	if errors.Is(err, errNotConfirmed) || errors.Is(err, locker.ErrOutcomeUnknown) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// failMessage explains a failed reset or session end on a page.
+func failMessage(err error, res locker.ResetResult) error {
+	switch {
+	case errors.Is(err, errNotConfirmed):
+		return err
+	case errors.Is(err, locker.ErrOutcomeUnknown):
+		return fmt.Errorf("%w; it may still take effect: look again before you retry", err)
+	}
+	return fmt.Errorf("%w; what could not be recorded is still held (released %d, refused %d)", err, res.Released, res.Refused)
+}
 
 // peerKey marks a request that came over the cluster port.
 type peerKey struct{}

@@ -287,3 +287,40 @@ func TestSingleNodeHasNoClusterPage(t *testing.T) {
 		t.Fatalf("a single node's dashboard mentions a cluster:\n%s", w.Body)
 	}
 }
+
+// TestLeaderConfirmsNothingChanged: on the leader, a reset that found
+// nothing and the end of an unknown session are answered only once
+// Confirm says it still leads; otherwise 503, never "released 0".
+func TestLeaderConfirmsNothingChanged(t *testing.T) {
+	var confirms int
+	var fail error
+	f := newFixture(t, func(o *Options) {
+		o.Cluster = &Cluster{Node: "n1", Leader: func() string { return "n1" }, AppliedIndex: func() uint64 { return 5 },
+			Status: func() api.Cluster { return threeNodes("n1", "leader") },
+			Confirm: func() error {
+				confirms++
+				return fail
+			}}
+	})
+	f.hold("held", "svc", time.Minute)
+	if w := f.do("POST", "/api/v1/reset/key", `{"key":"held"}`); w.Code != 200 || confirms != 0 {
+		t.Fatalf("a reset that released: %d, %d confirms", w.Code, confirms)
+	}
+	if w := f.do("POST", "/api/v1/reset/key", `{"key":"free"}`); w.Code != 200 || confirms != 1 {
+		t.Fatalf("a reset of a free key: %d, %d confirms", w.Code, confirms)
+	}
+	fail = errors.New("leadership lost")
+	for _, c := range []struct{ target, body string }{
+		{"/api/v1/reset/key", `{"key":"free"}`},
+		{"/api/v1/reset/source", `{"source":"nobody"}`},
+		{"/api/v1/sessions/00000000000000ab/end", ""},
+	} {
+		if w := f.do("POST", c.target, c.body); w.Code != http.StatusServiceUnavailable || strings.Contains(w.Body.String(), "released") {
+			t.Errorf("POST %s not confirmed: %d %s", c.target, w.Code, w.Body)
+		}
+	}
+	w := f.do("POST", "/reset/key", "key=free", "Content-Type", "application/x-www-form-urlencoded")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "could not confirm") {
+		t.Fatalf("the form's reset not confirmed: %d %s", w.Code, w.Body)
+	}
+}

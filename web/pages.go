@@ -362,8 +362,7 @@ func (s *server) formResetSource(w http.ResponseWriter, r *http.Request) {
 // message without resetting again, and nobody can make up an outcome.
 func (s *server) afterReset(w http.ResponseWriter, r *http.Request, by, name string, res locker.ResetResult, err error) {
 	if err != nil {
-		s.pageError(w, r, http.StatusInternalServerError,
-			fmt.Errorf("%w; what could not be recorded is still held (released %d, refused %d)", err, res.Released, res.Refused))
+		s.pageError(w, r, failStatus(err), failMessage(err, res))
 		return
 	}
 	done := s.sealFlash(flash{By: by, Name: name, Released: res.Released, Refused: res.Refused}, s.now())

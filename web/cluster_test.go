@@ -111,6 +111,10 @@ func TestFollowerWeb(t *testing.T) {
 	if href, _ := doc.Find(`[data-testid="consistent"]`).Attr("href"); href != "?consistent=1" {
 		t.Fatalf("link to the leader's view: %q", href)
 	}
+	if c := f.do("GET", "/reset/key?key=alpha", "").Body.String(); strings.Contains(c, "Nobody is waiting") ||
+		!strings.Contains(c, "the wait queue is on the leader") {
+		t.Fatalf("a follower's reset confirmation:\n%s", c)
+	}
 	key := f.do("GET", "/keys/alpha", "").Body.String()
 	if !strings.Contains(key, `data-testid="queue-on-leader"`) || strings.Contains(key, "Nobody is waiting") {
 		t.Fatalf("a follower's key page:\n%s", key)

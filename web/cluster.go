@@ -192,7 +192,9 @@ func (s *server) clusterRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		leader := c.Leader()
 		if c.Follower && toLeader(r) {
-			if leader != "" && c.ToLeader != nil && !fromPeer(r) {
+			// leader == c.Node: raft says this node leads, but its engine
+			// does not serve yet (its takeover barrier).
+			if leader != "" && leader != c.Node && c.ToLeader != nil && !fromPeer(r) {
 				c.ToLeader.ServeHTTP(w, r) // the leader's headers come back with its answer
 				return
 			}
@@ -201,6 +203,8 @@ func (s *server) clusterRoute(next http.Handler) http.Handler {
 			switch {
 			case leader == "":
 				msg += ", and no leader is known: try again shortly"
+			case leader == c.Node:
+				msg = "503 service unavailable: this node is taking the leadership over: try again shortly"
 			case fromPeer(r):
 				msg += " (a request forwarded to it is not forwarded again)"
 			default:

@@ -14,8 +14,8 @@ import (
 	"github.com/locking-center/locking-center/client/protocol"
 )
 
-// webDo sends a request to a node's web port: status, body, headers.
-func webDo(t *testing.T, method, url, body string) (int, string, http.Header) {
+// webReq sends a request to a node's web port: status, body, headers.
+func webReq(t *testing.T, method, url, body string) (int, string, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -92,12 +92,12 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 
 	// A plain read: the follower's applied state, with its headers.
 	awaitWeb(t, "web-a in a follower's list", 10*time.Second, func() (bool, string) {
-		code, body, h := webDo(t, "GET", "http://"+f.Web+"/api/v1/keys", "")
+		code, body, h := webReq(t, "GET", "http://"+f.Web+"/api/v1/keys", "")
 		idx, _ := strconv.ParseUint(h.Get("X-LC-Applied-Index"), 10, 64)
 		return code == 200 && strings.Contains(body, `"key":"web-a"`) && h.Get("X-LC-Leader") == leader.id && idx > 0,
 			strconv.Itoa(code) + " " + h.Get("X-LC-Leader") + " " + h.Get("X-LC-Applied-Index") + " " + body
 	})
-	code, body, h := webDo(t, "GET", "http://"+f.Web+"/", "")
+	code, body, h := webReq(t, "GET", "http://"+f.Web+"/", "")
 	if code != 200 || !strings.Contains(body, "as of index") || !strings.Contains(body, `data-testid="served-by">`+f.id+`<`) ||
 		!strings.Contains(body, `data-testid="leader">`+leader.id+`<`) || !strings.Contains(body, "web-a") {
 		t.Fatalf("a follower's dashboard: %d\n%s", code, body)
@@ -106,21 +106,21 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 		t.Errorf("a follower's dashboard says nobody waits; its queues are the leader's:\n%s", body)
 	}
 	// ?consistent=1 reads at the leader: web-b is there at once.
-	code, body, h = webDo(t, "GET", "http://"+f.Web+"/api/v1/keys?consistent=1", "")
+	code, body, h = webReq(t, "GET", "http://"+f.Web+"/api/v1/keys?consistent=1", "")
 	if code != 200 || !strings.Contains(body, `"key":"web-b"`) || h.Get("X-LC-Leader") != leader.id {
 		t.Fatalf("consistent read through a follower: %d %v\n%s", code, h, body)
 	}
-	code, body, _ = webDo(t, "GET", "http://"+f.Web+"/sessions", "")
+	code, body, _ = webReq(t, "GET", "http://"+f.Web+"/sessions", "")
 	if code != 200 || !strings.Contains(body, `data-testid="served-by">`+leader.id+`<`) {
 		t.Fatalf("the sessions page through a follower is the leader's: %d\n%s", code, body)
 	}
 
 	// A write through the follower is the leader's.
-	code, body, _ = webDo(t, "POST", "http://"+f.Web+"/api/v1/reset/key", `{"key":"web-a"}`)
+	code, body, _ = webReq(t, "POST", "http://"+f.Web+"/api/v1/reset/key", `{"key":"web-a"}`)
 	if code != 200 || !strings.Contains(body, `"released":1`) {
 		t.Fatalf("reset through a follower: %d %s", code, body)
 	}
-	code, body, _ = webDo(t, "GET", "http://"+leader.Web+"/api/v1/keys/web-a", "")
+	code, body, _ = webReq(t, "GET", "http://"+leader.Web+"/api/v1/keys/web-a", "")
 	if code != 404 {
 		t.Fatalf("web-a after its reset through a follower: %d %s", code, body)
 	}
@@ -147,7 +147,7 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 	// The cluster's status through a follower: every node's applied index
 	// and last contact, the others' from their own answers.
 	awaitWeb(t, "every node's figures through a follower", 10*time.Second, func() (bool, string) {
-		code, body, _ := webDo(t, "GET", "http://"+f.Web+"/api/v1/cluster", "")
+		code, body, _ := webReq(t, "GET", "http://"+f.Web+"/api/v1/cluster", "")
 		var st struct {
 			Node  string `json:"node"`
 			Nodes []struct {
@@ -180,7 +180,7 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	scrape := func(nd *clusterNode) string {
-		code, body, _ := webDo(t, "GET", "http://"+nd.Web+"/metrics", "")
+		code, body, _ := webReq(t, "GET", "http://"+nd.Web+"/metrics", "")
 		if code != 200 {
 			t.Fatalf("%s /metrics: %d", nd.id, code)
 		}
@@ -214,12 +214,12 @@ func TestClusterWebFollowerReadsAndForwards(t *testing.T) {
 	leader.kill(t)
 	followers[1].kill(t)
 	awaitWeb(t, "503 to a write with no leader", 20*time.Second, func() (bool, string) {
-		code, body, h := webDo(t, "POST", "http://"+f.Web+"/api/v1/reset/key", `{"key":"x"}`)
+		code, body, h := webReq(t, "POST", "http://"+f.Web+"/api/v1/reset/key", `{"key":"x"}`)
 		_, has := h["X-Lc-Leader"]
 		return code == 503 && has && h.Get("X-LC-Leader") == "", strconv.Itoa(code) + " " + body
 	})
 	// Reads still answer, from what it applied.
-	code, body, h = webDo(t, "GET", "http://"+f.Web+"/api/v1/keys", "")
+	code, body, h = webReq(t, "GET", "http://"+f.Web+"/api/v1/keys", "")
 	if code != 200 || h.Get("X-LC-Applied-Index") == "" {
 		t.Fatalf("a read with no leader: %d %v %s", code, h, body)
 	}

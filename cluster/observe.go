@@ -28,7 +28,7 @@ func (n *Node) Figures() Figures {
 	if !f.Leader {
 		lc := n.raft.LastContact()
 		if lc.IsZero() {
-			lc = n.started
+			lc = n.startedAt
 		}
 		f.LastContact = time.Since(lc)
 	}
@@ -49,7 +49,7 @@ func (n *Node) Figures() Figures {
 // CLUSTER_TOKEN): the connection then carries HTTP/1.1 to that node's web
 // handler. A node needs no other node's web address.
 func (n *Node) DialWeb(ctx context.Context, address string) (net.Conn, error) {
-	return dialWeb(ctx, address, []byte(n.cfg.Token))
+	return n.stream.dialWeb(ctx, address)
 }
 
 // LeaderChanges returns how many times the leader this node knows of

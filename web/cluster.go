@@ -49,31 +49,12 @@ type Cluster struct {
 	// ToLeader serves a request at the leader's web port; nil answers
 	// 503.
 	ToLeader http.Handler
-	// Members changes the membership (on the leader); nil answers 501.
-	Members Members
 	// Confirm, on the leader, is called before an answer that changes
 	// nothing (a reset that found nothing, an unknown session): it checks
 	// that this node still leads (SPEC §8.1), as the lock port does. An
 	// error answers 503 instead.
 	Confirm func() error
 }
-
-// Members changes the cluster's membership (SPEC §8.7). Its errors may
-// wrap ErrUnknownNode (404) or ErrRefused (409); others answer 500, and
-// errors wrapping ErrNoLeader 503.
-type Members interface {
-	// Transfer hands leadership over, to node id ("" lets raft choose).
-	Transfer(ctx context.Context, id string) error
-	// Remove removes node id from the configuration.
-	Remove(ctx context.Context, id string) error
-}
-
-// Errors a Members implementation wraps to choose the status code.
-var (
-	ErrUnknownNode = errors.New("no such node in the cluster")
-	ErrRefused     = errors.New("membership change refused")
-	ErrNoLeader    = errors.New("this node does not lead the cluster")
-)
 
 // errNotConfirmed wraps a Confirm failure: the answer that changes nothing
 // could not be given (503).
@@ -228,12 +209,13 @@ const peerTimeout = 500 * time.Millisecond
 // clusterStatus returns this node's view of the cluster; with peers, each
 // other node's applied index and last contact with the leader come from
 // its own answer (raft does not publish its followers' figures), asked in
-// parallel within peerTimeout. Nodes that do not answer show null.
+// parallel within peerTimeout. A node that does not answer keeps what
+// Status knew of it (null when nothing).
 func (s *server) clusterStatus(ctx context.Context, peers bool) api.Cluster {
 	c := s.opts.Cluster
 	st := c.Status()
 	if st.Nodes == nil {
-		st.Nodes = []api.ClusterNode{}
+		st.Nodes = []api.ClusterMember{}
 	}
 	// This node's contact with the leader is what its Status gives for
 	// the leader's entry.
@@ -256,7 +238,7 @@ func (s *server) clusterStatus(ctx context.Context, peers bool) api.Cluster {
 			n.AppliedIndex, n.LastContactMS = &applied, own
 			continue
 		}
-		n.AppliedIndex, n.LastContactMS = nil, nil
+		// What Status knew of it stays unless the node answers itself.
 		if !peers || c.Peer == nil || n.Address == "" {
 			continue
 		}

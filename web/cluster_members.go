@@ -7,93 +7,23 @@ import (
 	"strings"
 )
 
-// The membership routes of the web port (SPEC §8.7, §8.8): the cluster
-// page's hand-over and remove buttons, and their JSON forms. They call
-// Options.Cluster.Members; on a follower they reach it at the leader
-// (clusterRoute forwards every state-changing request).
+// The cluster page's hand-over and remove buttons (SPEC §8.8): a
+// confirmation page, then a form post behind the CSRF check, as the
+// resets. They call Options.Membership, as the JSON routes do
+// (cluster_routes.go); on a follower they reach the leader (clusterRoute
+// forwards every state-changing request).
 
-func (s *server) clusterMemberRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /api/v1/cluster/transfer", s.apiTransfer)
-	mux.HandleFunc("DELETE /api/v1/cluster/nodes/{id}", s.apiRemoveNode)
+func (s *server) clusterPageRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /cluster/transfer", s.confirmTransfer)
 	mux.HandleFunc("POST /cluster/transfer", s.formTransfer)
 	mux.HandleFunc("GET /cluster/remove", s.confirmRemove)
 	mux.HandleFunc("POST /cluster/remove", s.formRemove)
 }
 
-// errNoMembers answers a membership change on a node that was given no
+// errNoMembership answers a membership change on a node that was given no
 // way to make one.
-var errNoMembers = errors.New("membership changes are not available on this node")
-
-// memberStatus is the status code of a Members error.
-func memberStatus(err error) int {
-	switch {
-	case err == nil:
-		return http.StatusOK
-	case errors.Is(err, errNoMembers):
-		return http.StatusNotImplemented
-	case errors.Is(err, ErrUnknownNode):
-		return http.StatusNotFound
-	case errors.Is(err, ErrRefused):
-		return http.StatusConflict
-	case errors.Is(err, ErrNoLeader):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-func (s *server) transfer(r *http.Request, id, via string) error {
-	m := s.opts.Cluster.Members
-	if m == nil {
-		return errNoMembers
-	}
-	err := m.Transfer(r.Context(), id)
-	s.log.Info("leadership hand-over", "to", id, "via", via, "peer", r.RemoteAddr, "err", err)
-	return err
-}
-
-func (s *server) remove(r *http.Request, id, via string) error {
-	m := s.opts.Cluster.Members
-	if m == nil {
-		return errNoMembers
-	}
-	err := m.Remove(r.Context(), id)
-	s.log.Info("node removed from the cluster", "node", id, "via", via, "peer", r.RemoteAddr, "err", err)
-	return err
-}
-
-// apiTransfer serves POST /api/v1/cluster/transfer with body {"id": …}
-// or no body (raft picks the node); it answers the cluster's status.
-func (s *server) apiTransfer(w http.ResponseWriter, r *http.Request) {
-	id := ""
-	if r.ContentLength != 0 {
-		fields, err := readStrictObject(w, r, "id")
-		if err != nil {
-			status := http.StatusBadRequest
-			if errors.Is(err, errBodyTooLarge) {
-				status = http.StatusRequestEntityTooLarge
-			}
-			s.apiFail(w, r, status, err)
-			return
-		}
-		id = fields["id"]
-	}
-	if err := s.transfer(r, id, "api"); err != nil {
-		s.apiFail(w, r, memberStatus(err), err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.clusterStatus(r.Context(), false))
-}
-
-// apiRemoveNode serves DELETE /api/v1/cluster/nodes/{id}; it answers the
-// cluster's status.
-func (s *server) apiRemoveNode(w http.ResponseWriter, r *http.Request) {
-	if err := s.remove(r, r.PathValue("id"), "api"); err != nil {
-		s.apiFail(w, r, memberStatus(err), err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.clusterStatus(r.Context(), false))
-}
+var errNoMembership = &StatusError{Status: http.StatusNotImplemented,
+	Err: errors.New("membership changes are not available on this node")}
 
 func (s *server) confirmTransfer(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
@@ -135,7 +65,13 @@ func (s *server) formTransfer(w http.ResponseWriter, r *http.Request) {
 		s.pageError(w, r, http.StatusBadRequest, err)
 		return
 	}
-	s.afterMember(w, r, "transfer", id, s.transfer(r, id, "dashboard"))
+	err = errNoMembership
+	if m := s.opts.Membership; m != nil {
+		var leader string
+		leader, err = m.Transfer(id)
+		s.log.Info("cluster leadership handed over", "via", "dashboard", "to", id, "leader", leader, "peer", r.RemoteAddr, "err", err)
+	}
+	s.afterMember(w, r, "transfer", id, err)
 }
 
 func (s *server) formRemove(w http.ResponseWriter, r *http.Request) {
@@ -144,16 +80,22 @@ func (s *server) formRemove(w http.ResponseWriter, r *http.Request) {
 		s.pageError(w, r, http.StatusBadRequest, err)
 		return
 	}
-	s.afterMember(w, r, "remove", id, s.remove(r, id, "dashboard"))
+	err = errNoMembership
+	if m := s.opts.Membership; m != nil {
+		err = m.Remove(id)
+		s.log.Info("cluster node removed", "via", "dashboard", "node", id, "peer", r.RemoteAddr, "err", err)
+	}
+	s.afterMember(w, r, "remove", id, err)
 }
 
 // afterMember sends the browser back to the cluster page with the
-// outcome sealed in the URL, as afterReset does for the dashboard.
+// outcome sealed in the URL, as afterReset does for the dashboard; an
+// error is shown with the status its StatusError gives (500 otherwise).
 func (s *server) afterMember(w http.ResponseWriter, r *http.Request, by, id string, err error) {
 	if err != nil {
-		status := memberStatus(err)
-		if status == http.StatusOK {
-			status = http.StatusInternalServerError
+		status := http.StatusInternalServerError
+		if se, ok := errors.AsType[*StatusError](err); ok {
+			status = se.Status
 		}
 		s.pageError(w, r, status, err)
 		return

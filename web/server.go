@@ -64,11 +64,14 @@ type Options struct {
 	// web port speaks TLS only then); refusals are answered inside it.
 	TLSConfig *tls.Config
 	// Cluster, when set, makes this the web port of a cluster node (SPEC
-	// §8.4, §8.7, §8.8): GET /api/v1/cluster, the cluster page and its
-	// buttons, a line on every page saying which node served it and who
-	// leads, and on a follower the reads from its applied state and the
-	// forwarding of the rest to the leader. Nil: a single node.
+	// §8.4, §8.7, §8.8): GET /api/v1/cluster, the cluster page, a line on
+	// every page saying which node served it and who leads, and on a
+	// follower the reads from its applied state and the forwarding of the
+	// rest to the leader. Nil: a single node.
 	Cluster *Cluster
+	// Membership, when set with Cluster, serves the cluster's membership
+	// routes (cluster_routes.go) and the cluster page's buttons.
+	Membership *Membership
 	// FlashKey, when set, is the secret the outcome banners after an
 	// action are signed with, shared by every node of a cluster so that a
 	// banner the leader signed shows on the follower that forwarded the
@@ -169,11 +172,7 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("POST /api/v1/reset/source", s.apiResetSource)
 	mux.HandleFunc("GET /api/v1/sessions", s.apiSessions)
 	mux.HandleFunc("POST /api/v1/sessions/{session}/end", s.apiEndSession)
-	if opts.Cluster != nil {
-		mux.HandleFunc("GET /api/v1/cluster", s.apiCluster)
-		mux.HandleFunc("GET /cluster", s.clusterPage)
-		s.clusterMemberRoutes(mux)
-	}
+	s.registerCluster(mux)
 
 	s.routes(mux)
 	s.mux = mux
@@ -200,7 +199,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.misdirected(w, r)
 		return
 	}
-	if s.opts.Password != "" && !probe && !s.authorized(w, r) {
+	// A node's join proves CLUSTER_TOKEN instead (apiAddNode checks it).
+	if s.opts.Password != "" && !probe && !s.isJoin(r) && !s.authorized(w, r) {
 		return
 	}
 	s.handler.ServeHTTP(w, r)

@@ -89,11 +89,11 @@ type Cluster struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	LastIndex    uint64 `json:"last_index"`
 	// Nodes are the members of the configuration.
-	Nodes []ClusterNode `json:"nodes"`
+	Nodes []ClusterMember `json:"nodes"`
 }
 
-// ClusterNode is one member of the cluster.
-type ClusterNode struct {
+// ClusterMember is one member of the cluster in its status.
+type ClusterMember struct {
 	// ID is its NODE_ID; Address its cluster port (RAFT_ADVERTISE).
 	ID      string `json:"id"`
 	Address string `json:"address"`
@@ -105,4 +105,25 @@ type ClusterNode struct {
 	// are null when not known (the node did not answer).
 	LastContactMS *int64  `json:"last_contact_ms"`
 	AppliedIndex  *uint64 `json:"applied_index"`
+}
+
+// JoinHeader carries a joining node's proof that it knows CLUSTER_TOKEN
+// on POST /api/v1/cluster/nodes, in place of WEB_PASSWORD:
+// "t=<unix seconds>,mac=<hex HMAC-SHA256(CLUSTER_TOKEN, "join\n" t "\n" body)>",
+// accepted within 5 minutes of the server's clock.
+const JoinHeader = "X-LC-Cluster-Join"
+
+// ClusterNode is the body of POST /api/v1/cluster/nodes (a node to add)
+// and its answer.
+type ClusterNode struct {
+	// ID is the node's NODE_ID; Address its cluster port
+	// (RAFT_ADVERTISE), host:port.
+	ID      string `json:"id"`
+	Address string `json:"address,omitempty"`
+}
+
+// TransferResult is the answer to POST /api/v1/cluster/transfer: the
+// leader after the hand-over ("" if not known yet).
+type TransferResult struct {
+	Leader string `json:"leader"`
 }

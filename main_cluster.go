@@ -120,8 +120,9 @@ func clusterFromEnv(getenv func(string) string, c config) (*clusterConfig, error
 // runCluster serves as one node of a cluster until ctx ends or
 // SIGTERM/SIGINT arrives. The lock port is the Frontend's: the leader's
 // engine serves it, a follower forwards it. The web port shows the
-// leader's engine; a follower serves its probes, /metrics and
-// /api/v1/cluster, and answers 503 (naming the leader) to the rest.
+// leader's engine on the leader; on a follower its applied state, and it
+// forwards writes, ?consistent=1 and the sessions to the leader over the
+// cluster port, where the same web handler serves them (SPEC §8.4).
 func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady ready) error {
 	cc := cfg.Cluster
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -140,7 +141,7 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		}
 		cc.Node.TLS = &cluster.PeerTLS{Server: peerCerts.LockConfig(), Client: peerCerts.PeerClientConfig}
 	}
-	meters := metrics.New(metrics.Options{})
+	meters := metrics.New(metrics.Options{Cluster: true})
 	fe := &cluster.Frontend{
 		NewWire: func() *wire.Server {
 			s := &wire.Server{RequestTimeout: cfg.RequestTimeout, MaxConnections: cfg.MaxConnections,
@@ -170,15 +171,36 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 			return fmt.Errorf("WEB_ADDRESS: %w", err)
 		}
 	}
-	// The web handler of the moment: the leader's engine's, or the
-	// follower's. It is swapped as engines come and go.
-	var webNow atomic.Pointer[http.Handler]
+	// The web port (SPEC §8.4, §8.8). On the leader it shows the engine's
+	// table; on a follower, its applied state (a Replica of the FSM), and
+	// it forwards writes to the leader over the cluster port, where the
+	// leader serves them on the same handler (peerWeb).
+	var webNow atomic.Pointer[http.Handler] // the leader's engine's handler; nil on a follower
 	var node *cluster.Node
+	peers := web.NewPeers(func(ctx context.Context, address string) (net.Conn, error) {
+		return fe.Node().DialWeb(ctx, address)
+	}, logger)
+	defer peers.Close()
+	toLeader := peers.ToLeader(func() (string, string) { return fe.Node().Leader() })
+	webCluster := func(follower bool, applied func() uint64) *web.Cluster {
+		return &web.Cluster{
+			Node:         cc.Node.NodeID,
+			Leader:       func() string { id, _ := fe.Node().Leader(); return id },
+			Follower:     follower,
+			AppliedIndex: applied,
+			Status:       func() api.Cluster { return apiCluster(fe.Node().Status()) },
+			Peer:         peers.Status,
+			ToLeader:     toLeader,
+		}
+	}
 	webOpts := web.Options{
 		StuckAfter: cfg.StuckAfter, Password: cfg.WebPassword, Metrics: meters, Logger: logger,
 		Version: version, Ready: fe.Ready, ListenAddress: cfg.WebAddress, AllowedHosts: cfg.WebAllowedHosts,
 		MaxConnections: cfg.WebMaxConnections, MaxConnectionsPerPeer: cfg.WebMaxConnectionsPerPeer,
-		Cluster: func() any { return fe.Node().Status() },
+		Connections: fe.Connections,
+		// Every node signs the banner after an action alike: the leader
+		// signs what the follower that forwarded the action shows.
+		FlashKey: []byte(cc.Node.Token),
 		Membership: &web.Membership{
 			Add:    func(id, address string) error { return membershipError(fe.Node().AddNode(id, address)) },
 			Remove: func(id string) error { return membershipError(fe.Node().RemoveNode(id)) },
@@ -194,24 +216,62 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	if certs != nil {
 		webOpts.TLSConfig = certs.WebConfig()
 	}
-	follower := func() http.Handler {
-		o := webOpts
-		o.Table = locker.New(locker.Options{}) // shows nothing: the state is the leader's
-		return followerWeb(web.New(o), func() string { id, _ := fe.Node().Leader(); return id })
-	}
-	fe.OnEngine = func(t *locker.Table) {
-		var h http.Handler
-		if t == nil {
-			h = follower()
-		} else {
+	// A follower's handler is made afresh for each table its Replica
+	// builds; fmu guards the one of the moment.
+	var (
+		replica *cluster.Replica
+		fmu     sync.Mutex
+		fTable  *locker.Table
+		fIndex  *atomic.Uint64 // the index fTable shows
+		fWeb    http.Handler
+	)
+	followerWeb := func() http.Handler {
+		fmu.Lock()
+		defer fmu.Unlock()
+		if replica == nil {
+			replica = cluster.NewReplica(fe.Node())
+		}
+		t, index := replica.Table()
+		if t != fTable {
 			o := webOpts
 			o.Table = t
-			h = web.New(o)
+			shown := new(atomic.Uint64)
+			o.Cluster = webCluster(true, shown.Load)
+			fTable, fIndex, fWeb = t, shown, web.New(o) // web.New makes it the source of the gauges
 		}
+		fIndex.Store(index)
+		return fWeb
+	}
+	fe.OnEngine = func(t *locker.Table) {
+		if t == nil {
+			webNow.Store(nil)
+			fmu.Lock()
+			fTable = nil // the next follower handler takes the gauges back
+			fmu.Unlock()
+			return
+		}
+		o := webOpts
+		o.Table = t
+		o.Cluster = webCluster(false, func() uint64 { return fe.Node().Raft().AppliedIndex() })
+		// What the lock port's answers that change nothing wait for.
+		o.Cluster.Confirm = fe.Node().VerifyLeader
+		h := web.New(o)
 		webNow.Store(&h)
+	}
+	webHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := webNow.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		followerWeb().ServeHTTP(w, r)
+	})
+	peerConns := newConnQueue()
+	if webLn != nil {
+		cc.Node.OnWeb = peerConns.deliver
 	}
 
 	cc.Node.Logger = logger
+	cc.Node.OnApply = meters.ObserveApply
 	node, err = fe.Start(cc.Node)
 	if err != nil {
 		tcpLn.Close()
@@ -220,22 +280,29 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		}
 		return err
 	}
-	if webNow.Load() == nil {
-		h := follower()
-		webNow.CompareAndSwap(nil, &h)
-	}
+	meters.SetClusterSource(func() metrics.ClusterGauges {
+		f := node.Figures()
+		return metrics.ClusterGauges{Leader: f.Leader, Term: f.Term, CommitIndex: f.CommitIndex,
+			AppliedIndex: f.AppliedIndex, LastContact: f.LastContact, Voters: f.Voters, Nonvoters: f.Nonvoters,
+			Forwarded: fe.Forwarded(), LeaderChanges: fe.LeaderChanges(), SessionTTLRestarts: fe.SessionTTLRestarts()}
+	})
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
-	var webSrv *http.Server
+	var webSrv, peerSrv *http.Server
 	if webLn != nil {
-		webSrv = web.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			(*webNow.Load()).ServeHTTP(w, r)
-		}))
+		webSrv = web.NewHTTPServer(webHandler)
 		webLn = webOpts.Listener(webLn)
 		wg.Go(func() {
 			if err := webSrv.Serve(webLn); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("web: %w", err)
+			}
+		})
+		// The other nodes' requests, over the cluster port.
+		peerSrv = web.NewHTTPServer(web.FromPeer(webHandler))
+		wg.Go(func() {
+			if err := peerSrv.Serve(peerConns); !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("web over the cluster port: %w", err)
 			}
 		})
 	}
@@ -288,7 +355,11 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		if err := webSrv.Shutdown(shutCtx); err != nil {
 			logger.Warn("web shutdown", "err", err)
 		}
+		if err := peerSrv.Shutdown(shutCtx); err != nil {
+			logger.Warn("web over the cluster port: shutdown", "err", err)
+		}
 	}
+	peerConns.Close()
 	stopWatch()
 	wg.Wait()
 	if serveErr != nil {
@@ -296,6 +367,18 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// apiCluster is the JSON form of a node's status.
+func apiCluster(st cluster.Status) api.Cluster {
+	out := api.Cluster{Node: st.Node, State: st.State, Leader: st.Leader, LeaderID: st.LeaderID, Term: st.Term,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastIndex: st.LastIndex,
+		Nodes: make([]api.ClusterMember, len(st.Nodes))}
+	for i, n := range st.Nodes {
+		out.Nodes[i] = api.ClusterMember{ID: n.ID, Address: n.Address, Suffrage: n.Suffrage, Leader: n.Leader,
+			LastContactMS: n.LastContactMS, AppliedIndex: n.AppliedIndex}
+	}
+	return out
 }
 
 // raftTLSError names the variable of the file tlsconf refused.
@@ -390,29 +473,41 @@ func postJoin(ctx context.Context, hc *http.Client, url, token string, body []by
 	return nil
 }
 
-// followerWeb serves a follower's web port: the probes, /metrics and
-// /api/v1/cluster through h; every other route answers 503 with the
-// leader's id in X-LC-Leader (reads from a follower's applied state and
-// forwarding to the leader are not implemented yet).
-func followerWeb(h http.Handler, leader func() string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch p := r.URL.Path; {
-		case p == "/healthz", p == "/readyz", p == "/metrics", p == "/api/v1/cluster":
-			h.ServeHTTP(w, r)
-			return
-		case p == "/api/v1/cluster/transfer", strings.HasPrefix(p, "/api/v1/cluster/nodes"):
-			// The node forwards membership changes to the leader itself.
-			h.ServeHTTP(w, r)
-			return
-		}
-		id := leader()
-		w.Header().Set("X-LC-Leader", id)
-		msg := "503 this node does not lead the cluster"
-		if id != "" {
-			msg += "; the leader is node " + strconv.Quote(id) + ": ask its web port"
-		} else {
-			msg += ", and no leader is known"
-		}
-		http.Error(w, msg, http.StatusServiceUnavailable)
-	})
+// connQueue is a net.Listener fed with connections that arrive elsewhere:
+// the web connections of other nodes, from the cluster port.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
 }
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// deliver hands c to Accept, or closes it once the queue is closed. It
+// waits for the web server's accept loop, which takes each connection at
+// once.
+func (q *connQueue) deliver(c net.Conn) {
+	select {
+	case q.ch <- c:
+	case <-q.done:
+		c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }

@@ -46,6 +46,12 @@ func TestClusterMutualTLS(t *testing.T) {
 	if _, err := s.Lock(ctx, "over-tls"); err != nil {
 		t.Fatalf("Lock through a follower over mTLS: %v", err)
 	}
+	// The follower's web port reads at the leader over the cluster port's
+	// TLS too.
+	if code, body, h := webReq(t, "GET", "http://"+follower.Web+"/api/v1/keys?consistent=1", ""); code != 200 ||
+		!strings.Contains(body, `"key":"over-tls"`) || h.Get("X-LC-Leader") != leader.id {
+		t.Fatalf("a consistent read through a follower over mTLS: %d %s", code, body)
+	}
 
 	// A node whose certificate another CA signed is not added: the
 	// leader cannot reach it, and says why.

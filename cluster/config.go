@@ -64,6 +64,15 @@ type Config struct {
 	// own address from its preamble. It must return quickly (hand the
 	// connection to a goroutine of its own); nil refuses them.
 	OnForward func(c net.Conn, remote string)
+	// OnWeb receives every web connection another node opened over the
+	// cluster port, authenticated: HTTP/1.1 for this node's web port (a
+	// follower's forwarded requests, a node asking for this one's
+	// status). It must return quickly; nil refuses them.
+	OnWeb func(c net.Conn)
+	// OnApply, if set, is told how long each entry this node proposed
+	// took from raft.Apply to applied here (what a grant pays for
+	// consensus), for the entries that were applied.
+	OnApply func(time.Duration)
 }
 
 // Peer is one voter of CLUSTER_PEERS.

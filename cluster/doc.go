@@ -63,5 +63,10 @@
 // With PeerTLS (tls.go) every cluster-port connection is mutual TLS before
 // the token handshake.
 //
-// Not here yet: follower reads on the web port, the cluster's metrics.
+// The cluster port also carries web connections (Node.DialWeb,
+// Config.OnWeb): HTTP to another node's web handler, for a follower's
+// forwarded web requests and a node's status, so that no node needs
+// another's web address. Replica is a follower's read-only table of its
+// applied state for its web port; Node.Figures and the Frontend's counters
+// are the cluster's metrics.
 package cluster

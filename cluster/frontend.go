@@ -65,6 +65,13 @@ type Frontend struct {
 	done     chan struct{} // closed by Close
 	routes   sync.WaitGroup
 	stopping sync.WaitGroup // shutdowns of engines' servers
+
+	// Counters for the metrics. lastLeader is the leader last seen by
+	// leaderChanged, which alone reads and writes it (raft's observer
+	// calls it from one goroutine).
+	leaderChanges atomic.Uint64
+	ttlRestarts   atomic.Uint64
+	lastLeader    string
 }
 
 // engine is the lock engine of one leadership.
@@ -178,6 +185,7 @@ func (f *Frontend) build(term uint64, j *Journal, gen uint64) {
 		// timeout's margin (SPEC §8.3); sessions without holds come back too.
 		s.EachSession(func(id locker.SessionID, r locker.SessionRecord) bool {
 			t.RestoreSession(id, r.Source, r.Remote, r.TTL, grace)
+			f.ttlRestarts.Add(1)
 			return true
 		})
 	})
@@ -285,7 +293,7 @@ func (f *Frontend) rebuild(gen uint64, cause error) {
 			continue
 		}
 		if f.node.IsLeader() && r.CurrentTerm() == t {
-			f.build(t, NewJournal(r, t, hb), gen)
+			f.build(t, f.node.journal(t), gen)
 		}
 		return
 	}
@@ -521,6 +529,10 @@ func (f *Frontend) closeProxies(why string) {
 
 // leaderChanged is told of every change of the known leader.
 func (f *Frontend) leaderChanged() {
+	if id, _ := f.node.Leader(); id != "" && id != f.lastLeader {
+		f.lastLeader = id
+		f.leaderChanges.Add(1)
+	}
 	f.closeProxies("the leader changed")
 	f.mu.Lock()
 	if !f.closed {

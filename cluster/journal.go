@@ -23,6 +23,9 @@ type Journal struct {
 	// enqueue bounds the wait for raft to take the entry; an entry it
 	// did not take was never appended.
 	enqueue time.Duration
+	// applied, if set, is told how long each applied entry took
+	// (Config.OnApply).
+	applied func(time.Duration)
 }
 
 // NewJournal returns a Journal for an engine planning in term on r.
@@ -67,12 +70,16 @@ func (j *Journal) Propose(e *Entry) error {
 	if t := j.raft.CurrentTerm(); t != j.term {
 		return fmt.Errorf("%w: engine of term %d, raft at term %d", ErrStaleTerm, j.term, t)
 	}
+	start := time.Now()
 	f := j.raft.Apply(Encode(e), j.enqueue)
 	if err := f.Error(); err != nil {
 		return outcome(err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {
 		return err // the FSM's refusals all wrap ErrNotApplied
+	}
+	if j.applied != nil {
+		j.applied(time.Since(start))
 	}
 	return nil
 }

@@ -70,6 +70,9 @@ type Node struct {
 	// pending is the import of DATA_PATH's log still to be proposed
 	// (migrate.go); nil without one.
 	pending *Entry
+	// startedAt is when Start began: the last contact of a node that
+	// never heard from a leader.
+	startedAt time.Time
 }
 
 // nodeIDFile keeps the id a RAFT_DIR was first started with.
@@ -100,7 +103,8 @@ func Start(c Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_DIR %s: open raft.db: %w", cfg.RaftDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{})}
+	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{}),
+		startedAt: time.Now()}
 	n.verify.node = n
 	n.members.info = map[string]probed{}
 	if err := n.start(peers); err != nil {
@@ -126,7 +130,7 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: snapshots: %w", cfg.RaftDir, err)
 	}
-	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, n.serveCall, cfg.TLS)
+	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, n.serveCall, cfg.TLS, cfg.OnWeb)
 	if err != nil {
 		return err
 	}
@@ -231,6 +235,13 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// journal returns the Journal of an engine planning in term on this node.
+func (n *Node) journal(term uint64) *Journal {
+	j := NewJournal(n.raft, term, n.cfg.HeartbeatTimeout)
+	j.applied = n.cfg.OnApply
+	return j
+}
+
 // Raft returns the node's raft.
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
@@ -320,7 +331,7 @@ func (n *Node) watch() {
 			leading, term = true, t
 			high := n.fsm.HighToken()
 			n.cfg.Logger.Info("cluster: leading", "node", n.cfg.NodeID, "term", t, "high_token", high, "barrier", time.Since(start))
-			report(Leadership{Leading: true, Term: t, HighToken: high, Journal: NewJournal(n.raft, t, n.cfg.HeartbeatTimeout)})
+			report(Leadership{Leading: true, Term: t, HighToken: high, Journal: n.journal(t)})
 			break
 		}
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -34,11 +35,14 @@ const (
 // After the handshake the dialer sends one purpose byte: what the
 // connection is for. A forwarded client connection then sends a preamble,
 // the client's own address ([size:2][address]), and the client's bytes
-// follow both ways.
+// follow both ways. A web connection carries HTTP/1.1 to the node's web
+// handler: a follower's forwarded web requests, a node asking another for
+// its status.
 const (
 	purposeRaft    = 'R'
 	purposeForward = 'F'
 	purposeCall    = 'C'
+	purposeWeb     = 'W'
 	maxPreamble    = 512
 )
 
@@ -68,6 +72,10 @@ type streamLayer struct {
 	// tls, when set, wraps every connection in mutual TLS before the
 	// token handshake (RAFT_TLS_*).
 	tls *PeerTLS
+	// web receives every authenticated web connection (HTTP/1.1 to this
+	// node's web handler); nil refuses them. It must return quickly, like
+	// forward.
+	web func(c net.Conn)
 
 	conns chan net.Conn // authenticated connections for Accept
 	done  chan struct{} // closed by Close: the accept loop and handshakes end
@@ -116,13 +124,13 @@ func (s *streamLayer) untrack(c net.Conn) {
 // newStreamLayer listens on address; advertise is the address other nodes
 // dial (what raft names this node by).
 func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string),
-	call func(callRequest) callReply, pt *PeerTLS) (*streamLayer, error) {
+	call func(callRequest) callReply, pt *PeerTLS, web func(net.Conn)) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_ADDRESS %q: %w", address, err)
 	}
 	s := &streamLayer{
-		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, call: call, tls: pt,
+		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, call: call, tls: pt, web: web,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
 	}
@@ -172,6 +180,15 @@ func (s *streamLayer) acceptLoop() {
 				s.serveCall(c)
 				s.untrack(raw)
 				c.Close()
+				return
+			}
+			if err == nil && purpose == purposeWeb {
+				s.untrack(raw)
+				if s.web == nil {
+					c.Close()
+					return
+				}
+				s.web(c)
 				return
 			}
 			if err == nil && purpose == purposeForward {
@@ -275,6 +292,16 @@ func (s *streamLayer) dialForward(address, remote string, timeout time.Duration)
 	return s.dial(address, timeout, append([]byte{purposeForward, byte(len(remote) >> 8), byte(len(remote))}, remote...))
 }
 
+// dialWeb connects to address, authenticates both ways and asks for its
+// web handler, within ctx's deadline (a handshake timeout without one).
+func (s *streamLayer) dialWeb(ctx context.Context, address string) (net.Conn, error) {
+	timeout := handshakeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	return s.dial(address, timeout, []byte{purposeWeb})
+}
+
 // readPurpose reads the purpose byte and, for a forwarded connection, the
 // client's address, within the handshake's time.
 func readPurpose(c net.Conn) (byte, string, error) {
@@ -285,7 +312,7 @@ func readPurpose(c net.Conn) (byte, string, error) {
 		return 0, "", fmt.Errorf("read purpose: %w", err)
 	}
 	switch p[0] {
-	case purposeRaft, purposeCall:
+	case purposeRaft, purposeCall, purposeWeb:
 		return p[0], "", nil
 	case purposeForward:
 	default:

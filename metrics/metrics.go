@@ -47,10 +47,15 @@ type Metrics struct {
 	walSize                             *vm.Gauge
 	walCompactions, walErrors           *vm.Counter
 
-	// mu guards source and makes refresh and the write that follows it
-	// one step, so that concurrent scrapes do not interleave.
-	mu     sync.Mutex
-	source func() Gauges
+	// A cluster node's metrics (Options.Cluster); nil otherwise.
+	cluster *clusterMetrics
+
+	// mu guards source and clusterSource and makes refresh and the write
+	// that follows it one step, so that concurrent scrapes do not
+	// interleave.
+	mu            sync.Mutex
+	source        func() Gauges
+	clusterSource func() ClusterGauges
 }
 
 // Options configures New.
@@ -58,6 +63,10 @@ type Options struct {
 	// WAL adds the write-ahead log's metrics (wal_*): set it when
 	// DATA_PATH is set.
 	WAL bool
+	// Cluster adds a cluster node's metrics (raft_*,
+	// forwarded_connections, ambiguous_total, session_ttl_restarts_total;
+	// SPEC §8.8); a single node's exposition stays as it is without it.
+	Cluster bool
 }
 
 // Gauges are the figures read at scrape time.
@@ -120,6 +129,44 @@ var families = []family{
 	{"wal_size_bytes", "gauge", "Size of the write-ahead log file in bytes."},
 	{"wal_compactions_total", "counter", "Compactions of the write-ahead log since start."},
 	{"wal_errors_total", "counter", "Write-ahead log write, fsync or compaction errors since start."},
+	{"raft_is_leader", "gauge", "1 while this node leads the cluster, else 0."},
+	{"raft_term", "gauge", "This node's current raft term."},
+	{"raft_commit_index", "gauge", "The last raft log index this node knows to be committed."},
+	{"raft_applied_index", "gauge", "The last raft log index this node has applied."},
+	{"raft_leader_changes_total", "counter", "Times the leader this node knows of changed to another node since start."},
+	{"raft_apply_duration_seconds", "histogram", "Seconds from proposing an entry (raft.Apply) to its commit on a majority and its apply on this leader: what a grant pays for consensus."},
+	{"raft_last_contact_seconds", "gauge", "Seconds since this node last heard from a leader; 0 on the leader, the time since start if it never has."},
+	{"raft_peers", "gauge", "Members of the cluster's configuration, by suffrage (voter, nonvoter)."},
+	{"forwarded_connections", "gauge", "Client connections this follower forwards to the leader right now."},
+	{"ambiguous_total", "counter", "Requests left without an answer because the outcome of their change was not known (the connection was closed), by action."},
+	{"session_ttl_restarts_total", "counter", "Session TTLs restarted by this node at its takeovers since start."},
+}
+
+// applyBuckets bound raft_apply_duration_seconds: a commit costs a
+// round trip and an fsync on a majority, from a tenth of a millisecond on
+// a fast LAN to seconds on an overloaded one.
+var applyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// clusterMetrics are a cluster node's metrics.
+type clusterMetrics struct {
+	isLeader, term, commit, applied, lastContact *vm.Gauge
+	voters, nonvoters, forwarded                 *vm.Gauge
+	leaderChanges, ttlRestarts                   *vm.Counter
+	apply                                        *vm.PrometheusHistogram
+	ambiguous                                    [len(actionNames)]*vm.Counter
+}
+
+// ClusterGauges are a cluster node's figures read at scrape time.
+type ClusterGauges struct {
+	Leader                          bool
+	Term, CommitIndex, AppliedIndex uint64
+	// LastContact is how long ago this node last heard from a leader.
+	LastContact       time.Duration
+	Voters, Nonvoters int
+	// Forwarded counts the client connections this node forwards now.
+	Forwarded int
+	// LeaderChanges and SessionTTLRestarts are counts since start.
+	LeaderChanges, SessionTTLRestarts uint64
 }
 
 // New creates the metrics, each once, in a set of their own.
@@ -149,7 +196,52 @@ func New(o Options) *Metrics {
 		m.walCompactions = s.NewCounter(prefix + "wal_compactions_total")
 		m.walErrors = s.NewCounter(prefix + "wal_errors_total")
 	}
+	if o.Cluster {
+		c := &clusterMetrics{
+			isLeader:      s.NewGauge(prefix+"raft_is_leader", nil),
+			term:          s.NewGauge(prefix+"raft_term", nil),
+			commit:        s.NewGauge(prefix+"raft_commit_index", nil),
+			applied:       s.NewGauge(prefix+"raft_applied_index", nil),
+			leaderChanges: s.NewCounter(prefix + "raft_leader_changes_total"),
+			apply:         s.NewPrometheusHistogramExt(prefix+"raft_apply_duration_seconds", applyBuckets),
+			lastContact:   s.NewGauge(prefix+"raft_last_contact_seconds", nil),
+			voters:        s.NewGauge(prefix+`raft_peers{suffrage="voter"}`, nil),
+			nonvoters:     s.NewGauge(prefix+`raft_peers{suffrage="nonvoter"}`, nil),
+			forwarded:     s.NewGauge(prefix+"forwarded_connections", nil),
+			ttlRestarts:   s.NewCounter(prefix + "session_ttl_restarts_total"),
+		}
+		for a, an := range actionNames {
+			c.ambiguous[a] = s.NewCounter(fmt.Sprintf(`%sambiguous_total{action=%q}`, prefix, an))
+		}
+		m.cluster = c
+	}
 	return m
+}
+
+// ObserveApply records how long one entry this leader proposed took to be
+// committed and applied (cluster.Config.OnApply). It does nothing when
+// the metrics were made without Cluster.
+func (m *Metrics) ObserveApply(d time.Duration) {
+	if m.cluster != nil {
+		m.cluster.apply.Update(d.Seconds())
+	}
+}
+
+// Ambiguous counts one request left without an answer because the outcome
+// of its change is not known (wire.AmbiguityObserver). It does nothing
+// when the metrics were made without Cluster.
+func (m *Metrics) Ambiguous(a protocol.Action) {
+	if m.cluster != nil {
+		m.cluster.ambiguous[actionIndex(a)].Inc()
+	}
+}
+
+// SetClusterSource makes fn the source of a cluster node's figures, read
+// at scrape time.
+func (m *Metrics) SetClusterSource(fn func() ClusterGauges) {
+	m.mu.Lock()
+	m.clusterSource = fn
+	m.mu.Unlock()
 }
 
 // Request counts one TCP request (wire.Observer). A successful TCP reset
@@ -208,7 +300,10 @@ func (m *Metrics) ObserveFsync(d time.Duration) {
 	}
 }
 
-var _ wire.Observer = (*Metrics)(nil)
+var (
+	_ wire.Observer          = (*Metrics)(nil)
+	_ wire.AmbiguityObserver = (*Metrics)(nil)
+)
 
 // SetSource makes fn the source of the gauges read at scrape time (the
 // web port's view of the table: what the dashboard shows, the metrics
@@ -219,8 +314,24 @@ func (m *Metrics) SetSource(fn func() Gauges) {
 	m.mu.Unlock()
 }
 
-// refresh reads the gauges from their source. Called with mu held.
+// refresh reads the gauges from their sources. Called with mu held.
 func (m *Metrics) refresh() {
+	if c := m.cluster; c != nil && m.clusterSource != nil {
+		g := m.clusterSource()
+		c.isLeader.Set(0)
+		if g.Leader {
+			c.isLeader.Set(1)
+		}
+		c.term.Set(float64(g.Term))
+		c.commit.Set(float64(g.CommitIndex))
+		c.applied.Set(float64(g.AppliedIndex))
+		c.lastContact.Set(max(g.LastContact.Seconds(), 0))
+		c.voters.Set(float64(g.Voters))
+		c.nonvoters.Set(float64(g.Nonvoters))
+		c.forwarded.Set(float64(g.Forwarded))
+		c.leaderChanges.Set(g.LeaderChanges)
+		c.ttlRestarts.Set(g.SessionTTLRestarts)
+	}
 	if m.source == nil {
 		return
 	}

@@ -156,8 +156,10 @@ func (s *server) apiResetTarget(w http.ResponseWriter, r *http.Request, field st
 
 func (s *server) apiReset(w http.ResponseWriter, r *http.Request, res locker.ResetResult, err error) {
 	if err != nil {
-		// The engine left the key held: the release could not be recorded.
-		s.apiFail(w, r, http.StatusInternalServerError, err)
+		// The engine left the key held (the release could not be
+		// recorded), or its outcome is not known, or "nothing changed"
+		// could not be confirmed.
+		s.apiFail(w, r, failStatus(err), err)
 		return
 	}
 	writeJSON(w, http.StatusOK, api.ResetResult{Released: res.Released, Refused: res.Refused})
@@ -170,6 +172,11 @@ func (s *server) resetKey(key, via string, r *http.Request) (locker.ResetResult,
 	if err != nil {
 		s.log.Error("reset by key failed", "via", via, "key", key, "peer", r.RemoteAddr, "err", err)
 		return res, fmt.Errorf("reset key %q: %w", key, err)
+	}
+	if res.Released == 0 && res.Refused == 0 {
+		if err := s.confirmNothing(); err != nil {
+			return res, fmt.Errorf("reset key %q: %w", key, err)
+		}
 	}
 	s.metrics.ResetByKey()
 	s.log.Info("reset by key", "via", via, "key", key, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)
@@ -184,6 +191,11 @@ func (s *server) resetSource(source, via string, r *http.Request) (locker.ResetR
 		s.log.Error("reset by source failed", "via", via, "source", source, "peer", r.RemoteAddr,
 			"released", res.Released, "refused", res.Refused, "err", err)
 		return res, fmt.Errorf("reset source %q: %w", source, err)
+	}
+	if res.Released == 0 && res.Refused == 0 {
+		if err := s.confirmNothing(); err != nil {
+			return res, fmt.Errorf("reset source %q: %w", source, err)
+		}
 	}
 	s.metrics.ResetBySource()
 	s.log.Info("reset by source", "via", via, "source", source, "peer", r.RemoteAddr, "released", res.Released, "refused", res.Refused)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/locking-center/locking-center/client"
+	"github.com/locking-center/locking-center/internal/lctest"
 	"github.com/locking-center/locking-center/locker"
 	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/web/keypath"
@@ -82,35 +82,12 @@ func (s *stack) awaitWaiters(t *testing.T, key string, n int) {
 	}
 }
 
-// chromiumPath finds the browser: $LC_CHROMIUM, else the usual names.
-func chromiumPath() string {
-	if p := os.Getenv("LC_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // needChromium returns chromium's path for the real-browser test named by
-// what, or skips it loudly: under CI, where it must run, a missing
-// chromium fails it.
+// what, or skips it loudly (lctest.Chromium: under CI a missing chromium
+// fails it).
 func needChromium(t *testing.T, what string) string {
 	t.Helper()
-	chrome := chromiumPath()
-	if chrome == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed: CI must run the real-browser tests (apt-get install chromium)")
-		}
-		t.Skipf("SKIPPED: chromium not found, so %s did not run; install the chromium package or set LC_CHROMIUM", what)
-	}
-	if testing.Short() && os.Getenv("CI") != "true" {
-		t.Skipf("SKIPPED: -short, %s did not run", what)
-	}
-	return chrome
+	return lctest.Chromium(t, what)
 }
 
 // TestDashboardInBrowser drives the dashboard in a real headless chromium:

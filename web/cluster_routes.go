@@ -38,13 +38,14 @@ func (e *StatusError) Error() string { return e.Err.Error() }
 // Unwrap returns the cause.
 func (e *StatusError) Unwrap() error { return e.Err }
 
-// registerCluster adds the cluster's routes: the status, and the
-// membership routes when opts.Membership is set.
+// registerCluster adds a cluster node's routes: the status, the cluster
+// page and its forms, and the membership routes when opts.Membership is
+// set.
 func (s *server) registerCluster(mux *http.ServeMux) {
 	if s.opts.Cluster != nil {
-		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, s.opts.Cluster())
-		})
+		mux.HandleFunc("GET /api/v1/cluster", s.apiCluster)
+		mux.HandleFunc("GET /cluster", s.clusterPage)
+		s.clusterPageRoutes(mux)
 	}
 	if s.opts.Membership == nil {
 		return

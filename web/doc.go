@@ -33,4 +33,16 @@
 //     most MaxLimit keys a page.
 //   - The web port's connections are bounded (Options.Listener) and idle
 //     ones time out (NewHTTPServer).
+//   - On a cluster node (Options.Cluster; cluster.go): every page says which
+//     node served it and who leads, and every answer carries X-LC-Leader. A
+//     follower never shows its applied state as the leader's: reads carry
+//     X-LC-Applied-Index and say "as of index N", and what only the leader
+//     knows (wait queues, session connections and clocks) is said to be
+//     there, never shown as empty. Every state-changing request, every read
+//     with ?consistent=1 and the sessions are served by the leader
+//     (Peers.ToLeader, over the cluster port), after this node's Host,
+//     password and CSRF checks; one that came from another node is never
+//     forwarded again. On the leader, an answer that says nothing changed
+//     waits for Cluster.Confirm. A single node's pages and answers are
+//     untouched.
 package web

@@ -13,7 +13,7 @@ import (
 // flash reports an action done by the previous request (post, redirect,
 // get): a reset or a session's end.
 type flash struct {
-	By       string // "key", "source" or "session"
+	By       string // "key", "source", "session", or on the cluster page "transfer" or "remove"
 	Name     string
 	Released int
 	Refused  int
@@ -25,7 +25,7 @@ type flash struct {
 const flashTTL = 10 * time.Minute
 
 // flashBy numbers the kinds of action in a sealed flash.
-var flashBy = [...]string{"key", "source", "session"}
+var flashBy = [...]string{"key", "source", "session", "transfer", "remove"}
 
 // sealFlash encodes f for the redirect's ?done= parameter, signed with
 // the server's key so that nobody else can make the dashboard show a
@@ -73,6 +73,18 @@ func (s *server) flashMAC(p []byte) []byte {
 	m := hmac.New(sha256.New, s.flashKey[:])
 	m.Write(p)
 	return m.Sum(nil)[:16]
+}
+
+// flashKeyOf derives the signing key from a shared secret (Options.FlashKey),
+// or draws one when there is none.
+func flashKeyOf(secret []byte) (k [32]byte) {
+	if len(secret) == 0 {
+		return newFlashKey()
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("locking-center web flash key"))
+	copy(k[:], m.Sum(nil))
+	return k
 }
 
 // newFlashKey is the signing key of one server's lifetime: a restart

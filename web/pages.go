@@ -13,6 +13,7 @@ import (
 
 	"github.com/locking-center/locking-center/assets"
 	"github.com/locking-center/locking-center/locker"
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/web/keypath"
 )
 
@@ -155,6 +156,9 @@ type confirmData struct {
 	Keys int
 	// For a session: what it is.
 	Session locker.SessionInfo
+	// For a hand-over ("transfer", Name the node or "") or a removal
+	// ("remove"): the cluster as this node sees it.
+	Cluster api.Cluster
 }
 
 func parseQuery(r *http.Request) query {
@@ -358,8 +362,7 @@ func (s *server) formResetSource(w http.ResponseWriter, r *http.Request) {
 // message without resetting again, and nobody can make up an outcome.
 func (s *server) afterReset(w http.ResponseWriter, r *http.Request, by, name string, res locker.ResetResult, err error) {
 	if err != nil {
-		s.pageError(w, r, http.StatusInternalServerError,
-			fmt.Errorf("%w; what could not be recorded is still held (released %d, refused %d)", err, res.Released, res.Refused))
+		s.pageError(w, r, failStatus(err), failMessage(err, res))
 		return
 	}
 	done := s.sealFlash(flash{By: by, Name: name, Released: res.Released, Refused: res.Refused}, s.now())
@@ -391,7 +394,14 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, c te
 	h.Set("Vary", "X-Live")
 	// Render into memory first so that a failure can still change the status.
 	var b bytes.Buffer
-	if err := c.Render(r.Context(), &b); err != nil {
+	ctx := s.withCluster(r.Context(), r)
+	if isLive(r) {
+		// The live part of a cluster node's page carries the line that
+		// says who served it, so that it stays current (nothing on a
+		// single node).
+		c = templ.Join(clusterBar(), c)
+	}
+	if err := c.Render(ctx, &b); err != nil {
 		s.log.Error("render failed", "path", r.URL.Path, "err", err)
 		http.Error(w, "500 internal server error: the page could not be rendered", http.StatusInternalServerError)
 		return

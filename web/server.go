@@ -63,12 +63,20 @@ type Options struct {
 	// TLSConfig, when set, makes Options.Listener's connections TLS (the
 	// web port speaks TLS only then); refusals are answered inside it.
 	TLSConfig *tls.Config
-	// Cluster, when set, answers GET /api/v1/cluster with what it returns,
-	// as JSON (a cluster node's status, SPEC §8.7).
-	Cluster func() any
-	// Membership, when set, serves the cluster's membership routes
-	// (cluster_routes.go).
+	// Cluster, when set, makes this the web port of a cluster node (SPEC
+	// §8.4, §8.7, §8.8): GET /api/v1/cluster, the cluster page, a line on
+	// every page saying which node served it and who leads, and on a
+	// follower the reads from its applied state and the forwarding of the
+	// rest to the leader. Nil: a single node.
+	Cluster *Cluster
+	// Membership, when set with Cluster, serves the cluster's membership
+	// routes (cluster_routes.go) and the cluster page's buttons.
 	Membership *Membership
+	// FlashKey, when set, is the secret the outcome banners after an
+	// action are signed with, shared by every node of a cluster so that a
+	// banner the leader signed shows on the follower that forwarded the
+	// action; nil draws a key of this process's own.
+	FlashKey []byte
 
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -139,7 +147,7 @@ func New(opts Options) http.Handler {
 		opts.now = time.Now
 	}
 	s := &server{opts: opts, started: opts.now(), log: opts.Logger, metrics: opts.Metrics,
-		hosts: newHostPolicy(opts.ListenAddress, opts.AllowedHosts), flashKey: newFlashKey(),
+		hosts: newHostPolicy(opts.ListenAddress, opts.AllowedHosts), flashKey: flashKeyOf(opts.FlashKey),
 		authLog: logLimiter{interval: time.Second}, hostLog: logLimiter{interval: time.Second}}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -168,6 +176,10 @@ func New(opts Options) http.Handler {
 
 	s.routes(mux)
 	s.mux = mux
+	var h http.Handler = mux
+	if opts.Cluster != nil {
+		h = s.clusterRoute(mux)
+	}
 
 	// CrossOriginProtection lets safe methods through and refuses
 	// state-changing requests that a browser marks as cross-origin
@@ -175,12 +187,14 @@ func New(opts Options) http.Handler {
 	// header, such as curl or the CLI, are not browsers and pass.
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(s.crossOrigin))
-	s.handler = cop.Handler(mux)
+	s.handler = cop.Handler(h)
 	return s
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+	// A request from another node over the cluster port was checked by
+	// the node it came in at.
+	probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || fromPeer(r)
 	if !probe && !s.hosts.allows(r.Host) {
 		s.misdirected(w, r)
 		return

@@ -54,6 +54,11 @@ func (s *server) sessionOf(r *http.Request) (locker.SessionID, int, error) {
 		return 0, http.StatusBadRequest, fmt.Errorf("session %q: want 16 hex digits", raw)
 	}
 	if _, ok := s.opts.Table.SessionInfo(id); !ok {
+		if r.Method == http.MethodPost {
+			if err := s.confirmNothing(); err != nil {
+				return 0, http.StatusServiceUnavailable, fmt.Errorf("session %s: %w", id, err)
+			}
+		}
 		return 0, http.StatusNotFound, fmt.Errorf("session %s: %w (it ended, expired or never existed)", id, errNoSuchSession)
 	}
 	return id, http.StatusOK, nil
@@ -79,6 +84,9 @@ func (s *server) apiEndSession(w http.ResponseWriter, r *http.Request) {
 func (s *server) endSession(id locker.SessionID, via string, r *http.Request) (locker.ResetResult, error) {
 	res, err := s.opts.Table.EndSession(id)
 	if errors.Is(err, locker.ErrUnknownSession) {
+		if cerr := s.confirmNothing(); cerr != nil {
+			return res, fmt.Errorf("end session %s: %w", id, cerr)
+		}
 		return res, fmt.Errorf("session %s: %w (it ended, expired or never existed)", id, errNoSuchSession)
 	}
 	if err != nil {
@@ -131,8 +139,7 @@ func (s *server) formEndSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.pageError(w, r, http.StatusInternalServerError,
-			fmt.Errorf("%w; what could not be recorded is still held (released %d, refused %d)", err, res.Released, res.Refused))
+		s.pageError(w, r, failStatus(err), failMessage(err, res))
 		return
 	}
 	done := s.sealFlash(flash{By: "session", Name: id.String(), Released: res.Released, Refused: res.Refused}, s.now())

@@ -171,6 +171,7 @@ func (s *Server) refused(cmd command, err error) outcome {
 	if errors.Is(err, locker.ErrOutcomeUnknown) {
 		s.Logger.Warn("outcome not known: connection closed without an answer", "peer", cmd.holder.Remote,
 			"action", cmd.action.String(), "key", cmd.key, "reason", err.Error())
+		s.ambiguous(cmd.action)
 		return outcome{drop: true}
 	}
 	lvl := slog.LevelInfo

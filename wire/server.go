@@ -29,6 +29,22 @@ type Observer interface {
 	ConnectionRejected()
 }
 
+// AmbiguityObserver, when an Observer also implements it, is told of
+// every request left without an answer because the outcome of its change
+// is not known (a journal error wrapping locker.ErrOutcomeUnknown; the
+// connection is closed instead, SPEC §8.5).
+type AmbiguityObserver interface {
+	Ambiguous(protocol.Action)
+}
+
+// ambiguous tells the Observer, if it listens, that a request of action a
+// was left without an answer.
+func (s *Server) ambiguous(a protocol.Action) {
+	if ao, ok := s.Observer.(AmbiguityObserver); ok {
+		ao.Ambiguous(a)
+	}
+}
+
 type noObserver struct{}
 
 func (noObserver) Request(protocol.Action, Result) {}

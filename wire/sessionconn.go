@@ -168,6 +168,9 @@ func (sc *sessionConn) open() bool {
 		// Not recorded, or not known to be: never the 13-byte refusal,
 		// which a client reads as "unknown session" (SPEC §8.4, §8.5).
 		s.Logger.Warn("session open not recorded: connection closed without an answer", "peer", sc.remote, "err", err)
+		if errors.Is(err, locker.ErrOutcomeUnknown) {
+			s.ambiguous(protocol.SessionOpen)
+		}
 		return false
 	}
 	if err != nil {
@@ -532,6 +535,7 @@ func (sc *sessionConn) closeSession(id uint32) {
 	if errors.Is(err, locker.ErrOutcomeUnknown) {
 		sc.s.Logger.Warn("session close not known to be recorded: connection closed without an answer",
 			"session", sc.link.ID().String(), "peer", sc.remote, "err", err)
+		sc.s.ambiguous(protocol.Close)
 		sc.drop()
 		return
 	}

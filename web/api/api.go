@@ -73,6 +73,40 @@ type Session struct {
 	Waiting int `json:"waiting"`
 }
 
+// Cluster is a cluster node's view of the cluster (GET /api/v1/cluster).
+type Cluster struct {
+	// Node is the id of the node that answered; State its role: leader,
+	// follower or candidate.
+	Node  string `json:"node"`
+	State string `json:"state"`
+	// Leader is the cluster-port address of the leader it knows of,
+	// LeaderID its id; both "" when it knows none.
+	Leader   string `json:"leader"`
+	LeaderID string `json:"leader_id"`
+	// Term, CommitIndex, AppliedIndex and LastIndex are its raft figures.
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	LastIndex    uint64 `json:"last_index"`
+	// Nodes are the members of the configuration.
+	Nodes []ClusterMember `json:"nodes"`
+}
+
+// ClusterMember is one member of the cluster in its status.
+type ClusterMember struct {
+	// ID is its NODE_ID; Address its cluster port (RAFT_ADVERTISE).
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// Suffrage is voter or nonvoter; Leader is true for the leader.
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+	// LastContactMS is how long ago that node last heard from the leader
+	// (0 for the leader); AppliedIndex the last entry it applied. Both
+	// are null when not known (the node did not answer).
+	LastContactMS *int64  `json:"last_contact_ms"`
+	AppliedIndex  *uint64 `json:"applied_index"`
+}
+
 // JoinHeader carries a joining node's proof that it knows CLUSTER_TOKEN
 // on POST /api/v1/cluster/nodes, in place of WEB_PASSWORD:
 // "t=<unix seconds>,mac=<hex HMAC-SHA256(CLUSTER_TOKEN, "join\n" t "\n" body)>",

@@ -88,8 +88,39 @@ void lc_tls_options_init(lc_tls_options *o) {
 #ifdef LC_HAVE_OPENSSL
 struct lc_tls {
     SSL_CTX *ctx; /* read-only once made: OpenSSL lets threads share it */
+    /* OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a
+     * connection the server closed; this one is the same but sends with
+     * MSG_NOSIGNAL (the library installs no signal handlers). Read-only. */
+    BIO_METHOD *bio;
     char server_name[256];
 };
+
+static int nosignal_write(BIO *b, const char *buf, int len) {
+    int fd = -1;
+    BIO_get_fd(b, &fd);
+    errno = 0;
+    ssize_t n = send(fd, buf, (size_t)(len < 0 ? 0 : len), SEND_FLAGS);
+    BIO_clear_retry_flags(b);
+    if (n <= 0 && BIO_sock_should_retry((int)n)) BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static BIO_METHOD *nosignal_socket_method(void) {
+    const BIO_METHOD *sock = BIO_s_socket();
+    int index = BIO_get_new_index();
+    if (index < 0) return NULL;
+    BIO_METHOD *m = BIO_meth_new(index | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "lc socket");
+    if (m == NULL) return NULL;
+    if (BIO_meth_set_write(m, nosignal_write) != 1 || BIO_meth_set_read(m, BIO_meth_get_read(sock)) != 1 ||
+        BIO_meth_set_puts(m, BIO_meth_get_puts(sock)) != 1 ||
+        BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) != 1 ||
+        BIO_meth_set_create(m, BIO_meth_get_create(sock)) != 1 ||
+        BIO_meth_set_destroy(m, BIO_meth_get_destroy(sock)) != 1) {
+        BIO_meth_free(m);
+        return NULL;
+    }
+    return m;
+}
 #endif
 
 lc_err lc_tls_new(const lc_tls_options *o, lc_tls **out) {
@@ -113,6 +144,10 @@ lc_err lc_tls_new(const lc_tls_options *o, lc_tls **out) {
         ok = o->ca_file ? SSL_CTX_load_verify_locations(t->ctx, o->ca_file, NULL) == 1
                         : SSL_CTX_set_default_verify_paths(t->ctx) == 1;
     }
+    if (ok) {
+        t->bio = nosignal_socket_method();
+        ok = t->bio != NULL;
+    }
     if (ok && o->cert_file) {
         ok = SSL_CTX_use_certificate_chain_file(t->ctx, o->cert_file) == 1 &&
              SSL_CTX_use_PrivateKey_file(t->ctx, o->key_file, SSL_FILETYPE_PEM) == 1 &&
@@ -120,6 +155,7 @@ lc_err lc_tls_new(const lc_tls_options *o, lc_tls **out) {
     }
     ERR_clear_error();
     if (!ok) {
+        if (t->bio) BIO_meth_free(t->bio);
         SSL_CTX_free(t->ctx);
         free(t);
         return LC_ERR_TLS;
@@ -136,6 +172,7 @@ void lc_tls_free(lc_tls *t) {
 #ifdef LC_HAVE_OPENSSL
     if (t == NULL) return;
     SSL_CTX_free(t->ctx);
+    BIO_meth_free(t->bio);
     free(t);
 #else
     (void)t;
@@ -179,7 +216,12 @@ static lc_err handshake(lc_conn *k, const lc_tls *tls, const char *host, int64_t
     SSL *ssl = SSL_new(tls->ctx);
     if (ssl == NULL) return LC_ERR_SYSTEM;
     const char *name = tls->server_name[0] ? tls->server_name : host;
-    bool ok = SSL_set_fd(ssl, k->fd) == 1;
+    BIO *bio = BIO_new(tls->bio);
+    bool ok = bio != NULL;
+    if (ok) {
+        BIO_set_fd(bio, k->fd, BIO_NOCLOSE);
+        SSL_set_bio(ssl, bio, bio); /* ssl owns it now */
+    }
     if (ok && is_ip(name)) {
         ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
     } else if (ok) {

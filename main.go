@@ -42,6 +42,8 @@ func main() {
 			return
 		case "healthcheck":
 			os.Exit(healthcheck(os.Getenv))
+		case "handover":
+			os.Exit(handover(os.Getenv, os.Args[2:], os.Stdout, os.Stderr))
 		case "-h", "-help", "--help", "help":
 			fmt.Print(usage)
 			return
@@ -64,6 +66,9 @@ Usage:
   locking-center            run the server (configured by the environment)
   locking-center version    print the version
   locking-center healthcheck  exit 0 if the local server's /readyz answers 200
+  locking-center handover [timeout]  if this cluster node leads, hand leadership
+                            over and wait (default 20s) until another node leads;
+                            exit 0 then or when it does not lead (a preStop hook)
 
 Environment:
   BIND_ADDRESS     TCP lock protocol address            (default :22119)
@@ -82,13 +87,16 @@ Environment:
   TLS_CERT, TLS_KEY  PEM files: both ports speak TLS only (reloaded on SIGHUP and on change)
   TLS_CLIENT_CA    PEM bundle: lock-port clients must show a certificate it signed
 
-Cluster (docs/cluster.md; without CLUSTER_PEERS the server is a single node):
+Cluster (docs/cluster.md; without CLUSTER_PEERS or CLUSTER_JOIN the server is a single node):
   CLUSTER_PEERS    id=host:port,... the first voters (the same on every node)
-  CLUSTER_TOKEN    16-127 bytes every cluster-port connection proves it knows
-  RAFT_DIR         raft's log, vote and snapshots (required in a cluster)
+  CLUSTER_JOIN     host:port of a member's web port: a node with no raft state asks to be added
+  CLUSTER_TOKEN    16-127 bytes every cluster-port connection (and a join) proves it knows
+  RAFT_DIR         raft's log, vote and snapshots (required in a cluster); peers.json there recovers
   NODE_ID          this node's id                        (default the host name)
   RAFT_ADDRESS     the cluster port                      (default :22121)
   RAFT_ADVERTISE   the address the other nodes dial      (default this node's CLUSTER_PEERS address)
+  RAFT_TLS_CERT, RAFT_TLS_KEY, RAFT_TLS_CA  PEM files: mutual TLS on the cluster port (all three)
+  DATA_PATH        in a cluster only to move a single node's log into a new cluster of one
   RAFT_HEARTBEAT_TIMEOUT  100ms..10s                     (default 500ms)
   RAFT_SNAPSHOT_THRESHOLD entries between snapshots      (default 8192)
   LEADER_WAIT      how long a connection waits for a leader (default 5s)
@@ -313,19 +321,8 @@ func healthcheck(getenv func(string) string) int {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1
 	}
-	host, port, _ := net.SplitHostPort(cfg.WebAddress) // checked by configFromEnv
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1" // a wildcard listener answers on loopback
-	}
-	scheme, hc := "http", &http.Client{Timeout: 3 * time.Second}
-	if cfg.TLSCert != "" {
-		// The probe asks this host's own server for a status code and sends
-		// no secret (/readyz is open): whose certificate answers does not
-		// matter, and the one in use may not name 127.0.0.1.
-		scheme = "https"
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // see above
-	}
-	url := scheme + "://" + net.JoinHostPort(host, port) + "/readyz"
+	base, hc := localWeb(cfg)
+	url := base + "/readyz"
 	resp, err := hc.Get(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
@@ -337,6 +334,25 @@ func healthcheck(getenv func(string) string) int {
 		return 1
 	}
 	return 0
+}
+
+// localWeb returns the base URL of this host's own web port (WEB_ADDRESS,
+// on loopback when it listens on every address) and a client for it.
+func localWeb(cfg config) (string, *http.Client) {
+	host, port, _ := net.SplitHostPort(cfg.WebAddress) // checked by configFromEnv
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // a wildcard listener answers on loopback
+	}
+	scheme, hc := "http", &http.Client{Timeout: 3 * time.Second}
+	if cfg.TLSCert != "" {
+		// The probe asks this host's own server and sends its password
+		// to it alone (a loopback or this host's address): whose
+		// certificate answers does not matter, and the one in use may
+		// not name 127.0.0.1.
+		scheme = "https"
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // see above
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), hc
 }
 
 // logReach says in one line who can reach the two ports and what protects

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +25,7 @@ import (
 	"github.com/locking-center/locking-center/metrics"
 	"github.com/locking-center/locking-center/tlsconf"
 	"github.com/locking-center/locking-center/web"
+	"github.com/locking-center/locking-center/web/api"
 	"github.com/locking-center/locking-center/wire"
 )
 
@@ -27,26 +33,53 @@ import (
 type clusterConfig struct {
 	Node       cluster.Config
 	LeaderWait time.Duration
+	// Join is CLUSTER_JOIN: a member's web port, "host:port" (or
+	// "https://host:port"), which a node with no raft state asks to add it.
+	Join string
+	// TLS are RAFT_TLS_CERT, RAFT_TLS_KEY and RAFT_TLS_CA: mutual TLS on
+	// the cluster port when Cert is set.
+	TLS tlsconf.Files
 }
 
 // clusterFromEnv reads the cluster's variables: nil without CLUSTER_PEERS
-// (and CLUSTER_JOIN), which keeps the single-node server as it is. Every
+// and CLUSTER_JOIN, which keeps the single-node server as it is. Every
 // error names its variable.
 func clusterFromEnv(getenv func(string) string, c config) (*clusterConfig, error) {
 	peers, join := getenv("CLUSTER_PEERS"), getenv("CLUSTER_JOIN")
+	tlsFiles := tlsconf.Files{Cert: getenv("RAFT_TLS_CERT"), Key: getenv("RAFT_TLS_KEY"), ClientCA: getenv("RAFT_TLS_CA")}
 	switch {
 	case peers != "" && join != "":
 		return nil, errors.New("CLUSTER_JOIN: set together with CLUSTER_PEERS; a node bootstraps with CLUSTER_PEERS or joins with CLUSTER_JOIN, not both")
-	case join != "":
-		return nil, errors.New("CLUSTER_JOIN: joining a running cluster is not supported yet; start every node with the same CLUSTER_PEERS")
-	case peers == "":
+	case peers == "" && join == "":
+		for _, v := range []string{"RAFT_TLS_CERT", "RAFT_TLS_KEY", "RAFT_TLS_CA"} {
+			if getenv(v) != "" {
+				return nil, fmt.Errorf("%s: set without CLUSTER_PEERS or CLUSTER_JOIN; the cluster port exists only in a cluster", v)
+			}
+		}
 		return nil, nil
-	case c.DataPath != "":
-		return nil, errors.New("DATA_PATH: moving a single node's log into a cluster is not supported yet; a cluster keeps its state in RAFT_DIR, unset DATA_PATH")
 	case getenv("RAFT_DIR") == "":
-		return nil, errors.New("RAFT_DIR: required with CLUSTER_PEERS (raft's log, vote and term are never kept only in memory)")
+		return nil, errors.New("RAFT_DIR: required in a cluster (raft's log, vote and term are never kept only in memory)")
 	case getenv("CLUSTER_TOKEN") == "":
-		return nil, errors.New("CLUSTER_TOKEN: required with CLUSTER_PEERS (16 to 127 bytes, the same on every node)")
+		return nil, errors.New("CLUSTER_TOKEN: required in a cluster (16 to 127 bytes, the same on every node)")
+	case c.DataPath != "" && join != "":
+		return nil, errors.New("DATA_PATH: set with CLUSTER_JOIN; a joining node takes the cluster's state, and a single node's log moves in only " +
+			"by bootstrapping a cluster of one (CLUSTER_PEERS naming that node alone); unset DATA_PATH")
+	case c.DataPath != "" && strings.Count(peers, "=") != 1:
+		return nil, errors.New("DATA_PATH: set in a cluster of several; a single node's log moves in only by bootstrapping a cluster of one " +
+			"(CLUSTER_PEERS naming that node alone, the others then join with CLUSTER_JOIN); unset DATA_PATH")
+	case tlsFiles.Cert != "" && tlsFiles.Key == "":
+		return nil, errors.New("RAFT_TLS_KEY: unset while RAFT_TLS_CERT is set; mutual TLS on the cluster port needs RAFT_TLS_CERT, RAFT_TLS_KEY and RAFT_TLS_CA")
+	case tlsFiles.Key != "" && tlsFiles.Cert == "":
+		return nil, errors.New("RAFT_TLS_CERT: unset while RAFT_TLS_KEY is set; mutual TLS on the cluster port needs RAFT_TLS_CERT, RAFT_TLS_KEY and RAFT_TLS_CA")
+	case tlsFiles.Cert != "" && tlsFiles.ClientCA == "":
+		return nil, errors.New("RAFT_TLS_CA: unset while RAFT_TLS_CERT is set; the cluster port's TLS is mutual, every node's certificate signed by RAFT_TLS_CA")
+	case tlsFiles.ClientCA != "" && tlsFiles.Cert == "":
+		return nil, errors.New("RAFT_TLS_CA: set without RAFT_TLS_CERT and RAFT_TLS_KEY, which mutual TLS on the cluster port needs")
+	}
+	if join != "" {
+		if err := checkAddress(strings.TrimPrefix(strings.TrimPrefix(join, "https://"), "http://")); err != nil {
+			return nil, fmt.Errorf("CLUSTER_JOIN=%q: want a member's web port, host:port (or https://host:port): %w", join, err)
+		}
 	}
 	cc := &clusterConfig{Node: cluster.Config{
 		NodeID:        getenv("NODE_ID"),
@@ -55,7 +88,8 @@ func clusterFromEnv(getenv func(string) string, c config) (*clusterConfig, error
 		Peers:         peers,
 		Token:         getenv("CLUSTER_TOKEN"),
 		RaftDir:       getenv("RAFT_DIR"),
-	}}
+		DataPath:      c.DataPath,
+	}, Join: join, TLS: tlsFiles}
 	if cc.Node.NodeID == "" {
 		name, err := os.Hostname()
 		if err != nil {
@@ -99,6 +133,13 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 			return tlsError(err)
 		}
 	}
+	var peerCerts *tlsconf.Store
+	if cc.TLS.Cert != "" {
+		if peerCerts, err = tlsconf.Load(cc.TLS, logger); err != nil {
+			return raftTLSError(err)
+		}
+		cc.Node.TLS = &cluster.PeerTLS{Server: peerCerts.LockConfig(), Client: peerCerts.PeerClientConfig}
+	}
 	meters := metrics.New(metrics.Options{})
 	fe := &cluster.Frontend{
 		NewWire: func() *wire.Server {
@@ -138,6 +179,17 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 		Version: version, Ready: fe.Ready, ListenAddress: cfg.WebAddress, AllowedHosts: cfg.WebAllowedHosts,
 		MaxConnections: cfg.WebMaxConnections, MaxConnectionsPerPeer: cfg.WebMaxConnectionsPerPeer,
 		Cluster: func() any { return fe.Node().Status() },
+		Membership: &web.Membership{
+			Add:    func(id, address string) error { return membershipError(fe.Node().AddNode(id, address)) },
+			Remove: func(id string) error { return membershipError(fe.Node().RemoveNode(id)) },
+			Transfer: func(id string) (string, error) {
+				leader, err := fe.Node().Transfer(id)
+				return leader, membershipError(err)
+			},
+			JoinAuthorized: func(proof string, body []byte) bool {
+				return cluster.VerifyJoin(cc.Node.Token, proof, body, time.Now())
+			},
+		},
 	}
 	if certs != nil {
 		webOpts.TLSConfig = certs.WebConfig()
@@ -189,11 +241,19 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	if certs != nil {
+	for _, st := range []*tlsconf.Store{certs, peerCerts} {
+		if st == nil {
+			continue
+		}
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		wg.Go(func() { certs.Watch(watchCtx, certPoll, hup) })
+		wg.Go(func() { st.Watch(watchCtx, certPoll, hup) })
+	}
+	if cc.Join != "" && !node.HadState() {
+		wg.Go(func() { joinCluster(watchCtx, node, cc.Join, cc.Node.Token, logger) })
+	} else if cc.Join != "" {
+		logger.Info("cluster: CLUSTER_JOIN ignored: this node has raft state, and rejoins as the member it was", "node", node.ID())
 	}
 	wg.Go(func() {
 		if err := fe.Serve(tcpLn); !errors.Is(err, wire.ErrServerClosed) {
@@ -202,7 +262,8 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	})
 	logger.Info("locking-center started as a cluster node", "version", version, "node", node.ID(),
 		"raft", node.Address(), "bind", tcpLn.Addr().String(), "web", addrOrOff(webLn),
-		"heartbeat_timeout", node.HeartbeatTimeout(), "leader_wait", cc.LeaderWait, "tls", certs != nil)
+		"heartbeat_timeout", node.HeartbeatTimeout(), "leader_wait", cc.LeaderWait, "tls", certs != nil,
+		"raft_tls", peerCerts != nil)
 	logReach(logger, cfg, tcpLn, webLn)
 	if onReady != nil {
 		var wa net.Addr
@@ -237,14 +298,110 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 	return nil
 }
 
+// raftTLSError names the variable of the file tlsconf refused.
+func raftTLSError(err error) error {
+	var fe *tlsconf.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("RAFT_TLS_CERT: %w", err)
+	}
+	name := map[tlsconf.Role]string{tlsconf.Cert: "RAFT_TLS_CERT", tlsconf.Key: "RAFT_TLS_KEY", tlsconf.ClientCA: "RAFT_TLS_CA"}[fe.Role]
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// membershipError gives a membership change's refusal its HTTP status.
+func membershipError(err error) error {
+	if err == nil {
+		return nil
+	}
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, cluster.ErrBadRequest):
+		status = http.StatusBadRequest
+	case errors.Is(err, cluster.ErrUnknownNode):
+		status = http.StatusNotFound
+	case errors.Is(err, cluster.ErrBusy), errors.Is(err, cluster.ErrTooFewVoters), errors.Is(err, cluster.ErrConflict):
+		status = http.StatusConflict
+	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotLeader):
+		status = http.StatusServiceUnavailable
+	case errors.Is(err, cluster.ErrUnreachable):
+		status = http.StatusBadGateway
+	}
+	return &web.StatusError{Status: status, Err: err}
+}
+
+// joinCluster asks the member at target (CLUSTER_JOIN, a web port) to add
+// this node, again with back-off until this node is in the cluster's
+// configuration (the leader has added it and reached it) or ctx ends. A
+// lost answer is harmless: adding a member again changes nothing.
+func joinCluster(ctx context.Context, node *cluster.Node, target, token string, logger *slog.Logger) {
+	url := target
+	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+		url = "http://" + url
+	}
+	url += "/api/v1/cluster/nodes"
+	// The join proves CLUSTER_TOKEN by an HMAC and carries no secret, and
+	// nothing in the answer is trusted: the node counts itself joined only
+	// once raft's configuration names it. Whose certificate answers an
+	// https join therefore does not matter (the image has no CA roots).
+	hc := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // see above
+	defer hc.CloseIdleConnections()
+	body, _ := json.Marshal(api.ClusterNode{ID: node.ID(), Address: node.Address()})
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if node.Member() {
+			logger.Info("cluster: joined", "node", node.ID(), "via", target, "attempts", attempt-1)
+			return
+		}
+		err := postJoin(ctx, hc, url, token, body)
+		if err == nil {
+			logger.Info("cluster: join accepted; waiting for the leader to reach this node", "node", node.ID(), "via", target)
+			wait = 250 * time.Millisecond
+		} else {
+			logger.Warn("cluster: join failed; trying again", "node", node.ID(), "via", target, "attempt", attempt, "retry_in", wait, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if err != nil {
+			wait = min(2*wait, 10*time.Second)
+		}
+	}
+}
+
+func postJoin(ctx context.Context, hc *http.Client, url, token string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.JoinHeader, cluster.SignJoin(token, body, time.Now()))
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s: %s", url, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
 // followerWeb serves a follower's web port: the probes, /metrics and
 // /api/v1/cluster through h; every other route answers 503 with the
 // leader's id in X-LC-Leader (reads from a follower's applied state and
 // forwarding to the leader are not implemented yet).
 func followerWeb(h http.Handler, leader func() string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics", "/api/v1/cluster":
+		switch p := r.URL.Path; {
+		case p == "/healthz", p == "/readyz", p == "/metrics", p == "/api/v1/cluster":
+			h.ServeHTTP(w, r)
+			return
+		case p == "/api/v1/cluster/transfer", strings.HasPrefix(p, "/api/v1/cluster/nodes"):
+			// The node forwards membership changes to the leader itself.
 			h.ServeHTTP(w, r)
 			return
 		}

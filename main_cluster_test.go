@@ -33,6 +33,18 @@ type clusterNode struct {
 // not wait for them: see awaitLeader.
 func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*clusterNode {
 	t.Helper()
+	return startClusterEach(t, n, func(i int) []string {
+		if tk, ok := tokens[i]; ok {
+			return []string{"CLUSTER_TOKEN=" + tk}
+		}
+		return nil
+	}, env...)
+}
+
+// startClusterEach is startCluster with each node's own variables,
+// perNode(i), after the others.
+func startClusterEach(t *testing.T, n int, perNode func(i int) []string, env ...string) []*clusterNode {
+	t.Helper()
 	nodes := make([]*clusterNode, n)
 	var peers []string
 	for i := range nodes {
@@ -40,12 +52,9 @@ func startCluster(t *testing.T, n int, tokens map[int]string, env ...string) []*
 		peers = append(peers, nodes[i].id+"="+nodes[i].raft)
 	}
 	for i, nd := range nodes {
-		token := testClusterToken
-		if tk, ok := tokens[i]; ok {
-			token = tk
-		}
-		nd.process = spawnNode(t, append([]string{"NODE_ID=" + nd.id, "RAFT_ADDRESS=" + nd.raft,
-			"CLUSTER_PEERS=" + strings.Join(peers, ","), "CLUSTER_TOKEN=" + token, "RAFT_DIR=" + nd.dir}, env...)...)
+		e := append([]string{"NODE_ID=" + nd.id, "RAFT_ADDRESS=" + nd.raft,
+			"CLUSTER_PEERS=" + strings.Join(peers, ","), "CLUSTER_TOKEN=" + testClusterToken, "RAFT_DIR=" + nd.dir}, env...)
+		nd.process = spawnNode(t, append(e, perNode(i)...)...)
 	}
 	return nodes
 }
@@ -85,7 +94,12 @@ type status struct {
 func clusterStatus(web string) (status, error) {
 	var st status
 	hc := http.Client{Timeout: time.Second}
-	resp, err := hc.Get("http://" + web + "/api/v1/cluster")
+	req, err := http.NewRequest(http.MethodGet, "http://"+web+"/api/v1/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	req.SetBasicAuth("admin", testWebPassword) // for the clusters with WEB_PASSWORD; ignored without
+	resp, err := hc.Do(req)
 	if err != nil {
 		return st, err
 	}
@@ -337,7 +351,13 @@ func TestClusterConfigErrorsNameTheVariable(t *testing.T) {
 		{"CLUSTER_TOKEN", []string{peers, "NODE_ID=n1", dir}},
 		{"CLUSTER_TOKEN", []string{peers, "NODE_ID=n1", dir, "CLUSTER_TOKEN=short"}},
 		{"CLUSTER_JOIN", []string{peers, "NODE_ID=n1", dir, token, "CLUSTER_JOIN=127.0.0.1:22120"}},
-		{"CLUSTER_JOIN", []string{"CLUSTER_JOIN=127.0.0.1:22120"}},
+		{"RAFT_DIR", []string{"CLUSTER_JOIN=127.0.0.1:22120"}},
+		{"CLUSTER_JOIN", []string{"CLUSTER_JOIN=nowhere", dir, token}},
+		{"DATA_PATH", []string{"CLUSTER_JOIN=127.0.0.1:22120", dir, token, "DATA_PATH=" + t.TempDir() + "/wal"}},
+		{"RAFT_TLS_KEY", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/x.crt"}},
+		{"RAFT_TLS_CA", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/x.crt", "RAFT_TLS_KEY=/x.key"}},
+		{"RAFT_TLS_CERT", []string{peers, "NODE_ID=n1", dir, token, "RAFT_TLS_CERT=/nonexistent.crt", "RAFT_TLS_KEY=/x.key", "RAFT_TLS_CA=/x.pem"}},
+		{"RAFT_TLS_CA", []string{"RAFT_TLS_CA=/x.pem"}},
 		{"DATA_PATH", []string{peers, "NODE_ID=n1", dir, token, "DATA_PATH=" + t.TempDir() + "/wal"}},
 		{"NODE_ID", []string{peers, "NODE_ID=n9", dir, token, "RAFT_ADDRESS=" + lctest.FreePort(t)}},
 		{"RAFT_HEARTBEAT_TIMEOUT", []string{peers, "NODE_ID=n1", dir, token, "RAFT_HEARTBEAT_TIMEOUT=50ms"}},

@@ -26,14 +26,25 @@
 //		return closeTheMonth(ctx, token) // ctx ends if the session is lost
 //	})
 //
+// Either takes a cluster's nodes instead of one address: a
+// comma-separated list ("lc1:22119,lc2:22119,lc3:22119"), or a DNS name
+// with several records. Every node proxies to the leader, so each
+// connection goes to any node that answers, tried in random order, each
+// attempt bounded by WithDialTimeout; a session that loses its node
+// resumes through another within its TTL.
+//
 // Either speaks TLS with WithTLS (a *tls.Config, or TLSFiles' Config from
 // PEM files), for a server started with TLS_CERT and TLS_KEY; the
 // protocols inside are the same.
 //
 // Guarantees of both: a request that was not sent is never reported as
-// done; an Unlock or reset whose answer was lost is never sent again, it
-// returns ErrOutcomeUnknown; a call that returns an error from Lock or
-// TryLock leaves nothing held; Do unlocks when its function panics.
+// done; a request whose answer was lost is never sent again blindly; an
+// Unlock or reset whose answer was lost returns ErrOutcomeUnknown; a
+// Session's Lock or TryLock is reissued with its id after the resume
+// (SPEC's Reissue), and a Client's (v1) Lock or TryLock whose answer was
+// lost returns ErrOutcomeUnknown too, the key perhaps granted to nobody
+// who knows (reset or unlock it); any other error from Lock or TryLock
+// leaves nothing held; Do unlocks when its function panics.
 package client
 
 import (
@@ -70,10 +81,9 @@ var (
 // DefaultAddress is the server's default lock port.
 const DefaultAddress = "localhost:22119"
 
-// Client talks to one server. It holds no connection between calls and is
-// safe for concurrent use.
+// Client talks to one server, or to any node of a cluster. It holds no
+// connection between calls and is safe for concurrent use.
 type Client struct {
-	address string
 	config
 	dialer net.Dialer
 }
@@ -86,7 +96,12 @@ type config struct {
 	auth        string
 	logger      *slog.Logger
 	tls         *tls.Config // nil: plain TCP (WithTLS)
-	// dial replaces the session's dialer in the package's tests.
+	res         *net.Resolver
+	// endpoints is the address list (setAddresses); addrErr, when the
+	// list did not parse, is what every connection attempt returns.
+	endpoints []endpoint
+	addrErr   error
+	// dial replaces the dialer in the package's tests.
 	dial func(ctx context.Context, address string) (net.Conn, error)
 }
 
@@ -101,9 +116,19 @@ type Option func(*config)
 // bytes). Without it the server uses the client's IP address.
 func WithSource(source string) Option { return func(c *config) { c.source = source } }
 
-// WithDialTimeout bounds each connection attempt, and for a session each
-// open or resume exchange (default 5s).
+// WithDialTimeout bounds each connection attempt at one address: the
+// name's lookup, the TCP connect and the TLS handshake, and for a session
+// the open or resume exchange too (default 5s; 0: only ctx bounds it).
+// With an address list, an attempt that fails or times out goes on to the
+// next address. The default leaves a cluster's follower time to find a
+// new leader (it holds a connection up to LEADER_WAIT for one) while a
+// dead address costs a bounded time.
 func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithResolver resolves the names of the address list with r instead of
+// net.DefaultResolver (for a resolver of one's own: a DNS server that is
+// not the system's, or a test's).
+func WithResolver(r *net.Resolver) Option { return func(c *config) { c.res = r } }
 
 // WithTTL asks for a session TTL; the server clamps it to 1s … 10 min, and
 // 0, the default, asks for the server's SESSION_TTL. Session only.
@@ -117,13 +142,19 @@ func WithAuthToken(token string) Option { return func(c *config) { c.auth = toke
 // grant released, session lost (default: none). Session only.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// New returns a client of the server at address (HOST:PORT).
+// New returns a client of the server at address: HOST:PORT, or the
+// nodes of a cluster as a comma-separated list ("a:22119,b:22119"), a
+// HOST being an IP or a DNS name with one or several records. Each call
+// tries the addresses in random order until one connects, and sends its
+// frame on that connection only: a frame that was sent is never sent
+// again, to that node or another. An address that does not parse makes
+// every call return ErrUnreachable saying why.
 func New(address string, opts ...Option) *Client {
-	c := &Client{address: address, config: defaultConfig()}
+	c := &Client{config: defaultConfig()}
 	for _, o := range opts {
 		o(&c.config)
 	}
-	c.forAddress(address)
+	c.setAddresses(address)
 	return c
 }
 
@@ -133,7 +164,10 @@ func (c *Client) Source() string { return c.source }
 // Lock waits until key is granted. It returns ErrReset when the server
 // refused (reset while waiting), ErrUnreachable, or ctx's error when ctx
 // ended first; the client then hangs up and the server withdraws the
-// waiter, and a grant that crossed the hang-up is unlocked again.
+// waiter, and a grant that crossed the hang-up is unlocked again. When the
+// connection breaks after the frame was sent (the node died, or stopped
+// leading), it returns ErrOutcomeUnknown with ErrUnreachable: the key may
+// have been granted, and is then held until someone unlocks or resets it.
 func (c *Client) Lock(ctx context.Context, key string) error {
 	a, err := c.do(ctx, protocol.Lock, key, c.source)
 	if err != nil {
@@ -243,21 +277,9 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 	var buf [protocol.MaxFrame]byte
 	frame, _ := f.Append(buf[:0]) // Valid checked the lengths
 
-	dctx := ctx
-	if c.dialTimeout > 0 {
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(ctx, c.dialTimeout)
-		defer cancel()
-	}
-	conn, err := c.dialer.DialContext(dctx, "tcp", c.address)
-	if err == nil {
-		conn, err = c.handshake(dctx, conn)
-	}
+	conn, err := c.dialAny(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		return 0, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return 0, err
 	}
 	defer conn.Close()
 	// Giving up hangs up: the server reads the end of the stream and
@@ -299,16 +321,43 @@ func (c *Client) do(ctx context.Context, a protocol.Action, key, source string) 
 	return ans[0], nil
 }
 
+// dialAny connects to the first address of a round that answers: one
+// round, each address once, in random order. Nothing has been sent when it
+// fails, so trying the next address is always safe.
+func (c *Client) dialAny(ctx context.Context) (net.Conn, error) {
+	targets, err := c.targets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, t := range targets {
+		actx, cancel := c.attempt(ctx)
+		conn, err := c.connect(ctx, actx, &c.dialer, t)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	return nil, joinUnreachable(errs)
+}
+
 // lost is the error of a request whose frame may have reached the server
-// but whose answer did not come. For Unlock and the resets it says that
-// the outcome is unknown: they must not be sent again blindly.
+// but whose answer did not come (the connection broke: a node died, or
+// stopped leading): the outcome is unknown, and the frame is not sent
+// again. A Lock or TryLock may have been granted — a v1 grant held by
+// nobody who knows, until a reset or an Unlock of the key; an Unlock or a
+// reset may have taken effect, and sending it again could release a
+// later holder's grant. Only ctx's end is reported as itself.
 func (c *Client) lost(ctx context.Context, a protocol.Action, err error) error {
 	err = c.broken(ctx, err)
-	switch a {
-	case protocol.Unlock, protocol.ResetByKey, protocol.ResetBySource:
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	if ctx.Err() != nil {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 // hangUpGrace is how long a request given up still reads after closing

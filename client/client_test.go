@@ -448,13 +448,14 @@ func TestDoPanics(t *testing.T) {
 
 // TestUnlockAnswerLost: a server that reads the Unlock and closes without
 // answering. The outcome is unknown, Unlock says so and does not send it
-// again (a second Unlock could free whoever took the key since).
+// again (a second Unlock could free whoever took the key since), nor to
+// another address of the list; a reset, a Lock and a TryLock likewise.
 func TestUnlockAnswerLost(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames := make(chan protocol.Frame, 4)
+	frames := make(chan protocol.Frame, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -469,14 +470,42 @@ func TestUnlockAnswerLost(t *testing.T) {
 			c.Close()
 		}
 	}()
-	err = client.New(l.Addr().String()).Unlock(context.Background(), "k")
-	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(err, client.ErrUnreachable) {
-		t.Fatalf("Unlock whose answer was lost = %v, want ErrOutcomeUnknown", err)
+	// In a list with a second address that would answer: a frame that was
+	// sent is not sent to another node either.
+	other, _ := serve(t)
+	c := client.New(l.Addr().String() + "," + other)
+	ctx := context.Background()
+	sent := 0
+	for range 8 { // random order: the silent node comes first in some
+		for _, call := range []struct {
+			name string
+			do   func() error
+		}{
+			{"Unlock", func() error { return c.Unlock(ctx, "k") }},
+			{"ResetByKey", func() error { return c.ResetByKey(ctx, "k") }},
+			{"Lock", func() error { return c.Lock(ctx, "k") }},
+			{"TryLock", func() error { return c.TryLock(ctx, "k") }},
+		} {
+			switch err := call.do(); {
+			case err == nil && (call.name == "Lock" || call.name == "TryLock"): // the real server's grant
+				if err := client.New(other).Unlock(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+			case err == nil || errors.Is(err, client.ErrRefused) && call.name == "Unlock": // the real server's answer
+			case errors.Is(err, client.ErrOutcomeUnknown) && errors.Is(err, client.ErrUnreachable):
+				sent++
+			default:
+				t.Fatalf("%s through a silent server and a real one = %v, want ErrOutcomeUnknown or the real answer", call.name, err)
+			}
+		}
 	}
 	l.Close()
 	<-done
 	close(frames)
-	if n := len(frames); n != 1 {
-		t.Fatalf("the server received %d Unlock frames, want 1", n)
+	if n := len(frames); n != sent {
+		t.Fatalf("the silent server received %d frames for %d calls whose answer was lost, want one each", n, sent)
+	}
+	if sent == 0 {
+		t.Fatal("no call went to the silent server in 32")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -64,7 +65,9 @@ type realServer struct {
 	log bytes.Buffer
 }
 
-var startedRE = regexp.MustCompile(`msg="locking-center started".* bind=(\S+) web=(\S+)`)
+// startedRE reads the addresses off the start line, of a single server or
+// of a cluster node.
+var startedRE = regexp.MustCompile(`msg="locking-center started[^"]*".* bind=(\S+) web=(\S+)`)
 
 // newRealServer returns a server, not started yet, whose environment adds
 // env to this process's; bind and web addresses default to free loopback
@@ -159,6 +162,50 @@ func (s *realServer) restart() {
 	s.stop()
 	s.env = append(s.env, "BIND_ADDRESS="+s.addr, "WEB_ADDRESS="+s.web)
 	s.start()
+}
+
+// startCluster starts three nodes of a cluster and returns them once one
+// leads and the others know it.
+func startCluster(t *testing.T) []*realServer {
+	t.Helper()
+	var raft, peers []string
+	for i := range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raft = append(raft, l.Addr().String())
+		l.Close()
+		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, raft[i]))
+	}
+	nodes := make([]*realServer, 3)
+	for i := range nodes {
+		nodes[i] = startReal(t, fmt.Sprintf("NODE_ID=n%d", i+1), "RAFT_ADDRESS="+raft[i], "CLUSTER_PEERS="+strings.Join(peers, ","),
+			"CLUSTER_TOKEN=a-cluster-token-for-client-tests", "RAFT_DIR="+t.TempDir())
+	}
+	eventually(t, 30*time.Second, "a leader known to every node", func() bool {
+		leaders := 0
+		for _, nd := range nodes {
+			resp, err := api.Get("http://" + nd.web + "/api/v1/cluster")
+			if err != nil {
+				return false
+			}
+			var st struct {
+				State    string `json:"state"`
+				LeaderID string `json:"leader_id"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err != nil || st.LeaderID == "" {
+				return false
+			}
+			if st.State == "leader" {
+				leaders++
+			}
+		}
+		return leaders == 1
+	})
+	return nodes
 }
 
 // apiKeyState is one key as GET /api/v1/keys/{key} shows it.

@@ -25,8 +25,10 @@ var (
 	ErrNotHeld = fmt.Errorf("%w: this session does not hold that grant", ErrRefused)
 	// ErrOutcomeUnknown is returned by an Unlock or a reset whose frame
 	// may have reached the server but whose answer never came (the
-	// connection broke, or ctx ended after it was sent): it may or may not
-	// have taken effect. The request is never sent again blindly. For a
+	// connection broke, or ctx ended after it was sent), and by a v1
+	// Client's Lock or TryLock whose connection broke after it was sent:
+	// it may or may not have taken effect. The request is never sent
+	// again blindly. For a
 	// session's Unlock, the grant is settled after the resume by an Unlock
 	// naming its token, which cannot release anything but that grant; a
 	// Client's Unlock names no grant, so nothing is sent again.
@@ -74,29 +76,35 @@ var sessionKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second,
 // supervises the connection. When nothing was sent for a third of the TTL,
 // the session sends Ping. When the connection drops, calls waiting on it
 // fail with ErrDisconnected (an Unlock or a reset with ErrOutcomeUnknown:
-// it is never sent again), and the session reconnects and resumes, with a
-// growing back-off, as long as the TTL allows; requests made meanwhile
-// wait for the new connection. A Lock or TryLock that was waiting on the
-// lost connection is reissued with its id after the resume: the server
-// answers a grant it made for that request before the drop at once, with
-// its token (Reissue, docs/protocol.md), and otherwise carries the
-// request out anew, so the caller just goes on waiting. The id of a grant
+// it is never sent again), and the session reconnects and resumes, on any
+// address of its list (a cluster's node that stops leading closes its
+// connections: any other node takes the session back), with a jittered,
+// growing back-off between rounds, as long as the TTL allows; requests
+// made meanwhile wait for the new connection. A Lock or TryLock that was
+// waiting on the lost connection is reissued with its id after the
+// resume: the server answers a grant it made for that request before the
+// drop at once, with its token (Reissue, docs/protocol.md), and otherwise
+// carries the request out anew, so the caller just goes on waiting. The id of a grant
 // the program holds is never given to another request while it holds it.
 // A Lock or TryLock that the caller gave up on may have been granted: the
 // session unlocks such a grant, so that none is left held by nobody.
 //
-// The session is lost when the server refuses the resume or the TTL passes
-// without one: Done is closed, Err wraps ErrSessionLost, and every call
-// fails. Close ends it on purpose. Either way the session's goroutines end.
+// The session is lost when the server refuses the resume, or when its
+// TTL has passed since the send time of the last frame the server
+// answered, connected or not: the server heard from it no later than that
+// send, and a server (or a cluster's new leader) never releases a
+// session's holds sooner than one TTL after its last frame, so the
+// session always knows itself lost before its holds can go to another.
+// Done is then closed, Err wraps ErrSessionLost, and every call fails.
+// Close ends it on purpose. Either way the session's goroutines end.
 //
 // A Session is safe for use by many goroutines.
 type Session struct {
-	address string
-	cfg     config
-	dialer  net.Dialer
-	log     *slog.Logger
-	id      uint64
-	ttl     time.Duration
+	cfg    config
+	dialer net.Dialer
+	log    *slog.Logger
+	id     uint64
+	ttl    time.Duration
 
 	// ctx is cancelled, with the reason as its cause, when the session
 	// ends; every goroutine of the session ends with it.
@@ -175,17 +183,23 @@ type result struct {
 	err    error
 }
 
-// NewSession opens a session on the server at address (HOST:PORT). Use
-// WithTTL, WithSource, WithAuthToken, WithDialTimeout, WithTLS and WithLogger to
-// configure it. It returns ErrUnreachable when no connection could be
-// made, ErrRefused when the server refused the session (a wrong auth
-// token, the connection limit, a server without sessions), or ctx's error.
+// NewSession opens a session on the server at address: HOST:PORT, or the
+// nodes of a cluster as a comma-separated list ("a:22119,b:22119,c:22119"),
+// a HOST being an IP or a DNS name with one or several records (all of
+// them are tried). It tries every address once, in random order, each
+// attempt bounded by WithDialTimeout, and opens on the first that
+// answers; later resumes do the same, round after round, with any node.
+// Use WithTTL, WithSource, WithAuthToken, WithDialTimeout, WithTLS,
+// WithResolver and WithLogger to configure it. It returns ErrUnreachable
+// when no address answered, ErrRefused when the server refused the
+// session (a wrong auth token, the connection limit, a server without
+// sessions), or ctx's error.
 func NewSession(ctx context.Context, address string, opts ...Option) (*Session, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.forAddress(address)
+	cfg.setAddresses(address)
 	if cfg.ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL %v", ErrRefused, cfg.ttl)
 	}
@@ -193,7 +207,6 @@ func NewSession(ctx context.Context, address string, opts ...Option) (*Session, 
 		return nil, fmt.Errorf("%w: source or auth token %w", ErrRefused, protocol.ErrFieldTooLong)
 	}
 	s := &Session{
-		address:  address,
 		cfg:      cfg,
 		dialer:   net.Dialer{KeepAliveConfig: sessionKeepAlive},
 		log:      cfg.logger,
@@ -247,9 +260,11 @@ func (s *Session) Err() error {
 // Lock returns ctx's error at once; if the grant crossed the Cancel, the
 // session unlocks it (by its token) as soon as the answer comes. Lock
 // returns ErrReset when the key or this source was reset while waiting,
-// ErrDisconnected when the connection dropped while it waited, and an
-// error wrapping ErrSessionLost or ErrSessionClosed once the session
-// ended.
+// and an error wrapping ErrSessionLost or ErrSessionClosed once the
+// session ended. A dropped connection does not fail it: the session
+// resumes (through any node of a cluster) and reissues it with its id, so
+// it goes on waiting, or returns the grant the server made before the
+// drop.
 func (s *Session) Lock(ctx context.Context, key string) (uint64, error) {
 	if err := validKey(key); err != nil {
 		return 0, fmt.Errorf("lock: %w", err)
@@ -532,36 +547,56 @@ func (s *Session) complete(c *call, r result) {
 	c.done <- r
 }
 
-// open dials and sends an open frame (resume 0: a new session). It
-// returns the connection of a '+' and when the frame was sent.
+// open opens a session (resume 0) or resumes one on the first address of
+// one round that takes it: every address of the list once, in random
+// order. It returns the connection of a '+' and when the frame was sent.
+// A resume refused '-' ends the round (every node asks the same leader);
+// a new session refused by one node is tried on the others (a node's
+// connection limit is its own), and the refusal returned if none opens.
 func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, protocol.OpenAnswer, time.Time, error) {
-	if s.cfg.dialTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.dialTimeout)
-		defer cancel()
+	targets, err := s.cfg.targets(ctx)
+	if err != nil {
+		return nil, protocol.OpenAnswer{}, time.Time{}, err
 	}
+	var errs []error
+	var refused error
+	for _, t := range targets {
+		conn, op, sentAt, err := s.openAt(ctx, t, resume)
+		switch {
+		case err == nil:
+			return conn, op, sentAt, nil
+		case ctx.Err() != nil:
+			return nil, protocol.OpenAnswer{}, time.Time{}, context.Cause(ctx)
+		case errors.Is(err, ErrSessionLost):
+			return nil, op, sentAt, err
+		case errors.Is(err, ErrRefused):
+			refused = err
+		default:
+			errs = append(errs, err)
+		}
+	}
+	if refused != nil {
+		return nil, protocol.OpenAnswer{}, time.Time{}, refused
+	}
+	return nil, protocol.OpenAnswer{}, time.Time{}, joinUnreachable(errs)
+}
+
+// openAt dials t and sends an open frame, the whole attempt bounded by
+// the dial timeout.
+func (s *Session) openAt(ctx context.Context, t target, resume uint64) (net.Conn, protocol.OpenAnswer, time.Time, error) {
 	open := protocol.Open{Version: protocol.SessionVersion, TTLMillis: s.ttlMS(), Resume: resume, Source: s.cfg.source, Auth: s.cfg.auth}
 	frame, err := open.Append(make([]byte, 0, 32))
 	if err != nil {
 		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	var conn net.Conn
-	if s.cfg.dial != nil {
-		conn, err = s.cfg.dial(ctx, s.address)
-	} else {
-		conn, err = s.dialer.DialContext(ctx, "tcp", s.address)
-	}
-	if err == nil {
-		conn, err = s.cfg.handshake(ctx, conn)
-	}
+	actx, cancel := s.cfg.attempt(ctx)
+	defer cancel()
+	conn, err := s.cfg.connect(ctx, actx, &s.dialer, t)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, protocol.OpenAnswer{}, time.Time{}, context.Cause(ctx)
-		}
-		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return nil, protocol.OpenAnswer{}, time.Time{}, err
 	}
-	// ctx bounds the exchange too: its end makes the read or write fail.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	// actx bounds the exchange too: its end makes the read or write fail.
+	stop := context.AfterFunc(actx, func() { _ = conn.SetDeadline(time.Now()) })
 	sentAt := time.Now()
 	var b [protocol.OpenAnswerSize]byte
 	var n int
@@ -574,19 +609,23 @@ func (s *Session) open(ctx context.Context, resume uint64) (net.Conn, protocol.O
 		case n >= 1 && b[0] == '-':
 			// A server that does not speak sessions answers one '-' and
 			// closes: the frame's first byte is not a v1 action.
-			return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: the server refused the session (it answered '-' and closed: no session support?)", ErrRefused)
+			return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: the server at %s refused the session (it answered '-' and closed: no session support?)", ErrRefused, t.addr)
 		case ctx.Err() != nil:
 			return nil, protocol.OpenAnswer{}, time.Time{}, context.Cause(ctx)
+		case errors.Is(context.Cause(actx), errAttemptTimeout):
+			err = fmt.Errorf("%w (%v)", errAttemptTimeout, s.cfg.dialTimeout)
+		case err == nil: // stop lost the race with the attempt's end
+			err = context.Cause(actx)
 		}
-		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: opening a session: %w", ErrUnreachable, err)
+		return nil, protocol.OpenAnswer{}, time.Time{}, fmt.Errorf("%w: %s: opening a session: %w", ErrUnreachable, t.addr, err)
 	}
 	op, _ := protocol.DecodeOpenAnswer(b[:]) // b is whole
 	if op.Status != protocol.AnswerOK {
 		conn.Close()
 		if resume != 0 {
-			return nil, op, sentAt, fmt.Errorf("%w: the server refused to resume session %016x (expired or ended)", ErrSessionLost, resume)
+			return nil, op, sentAt, fmt.Errorf("%w: the server at %s refused to resume session %016x (expired or ended)", ErrSessionLost, t.addr, resume)
 		}
-		return nil, op, sentAt, fmt.Errorf("%w: the server refused the session (wrong auth token, connection limit, or unknown version)", ErrRefused)
+		return nil, op, sentAt, fmt.Errorf("%w: the server at %s refused the session (wrong auth token, connection limit, or unknown version)", ErrRefused, t.addr)
 	}
 	if op.TTLMillis == 0 || op.Session == 0 {
 		conn.Close()
@@ -716,23 +755,25 @@ func (s *Session) disconnected(cause error) {
 	s.queue = append(reissue, q...)
 }
 
-// resume reconnects with a growing back-off until the server takes the
-// session back, refuses it, or the TTL has passed.
+// resume reconnects and resumes, round after round (every address of the
+// list, in random order) with a jittered, growing back-off between
+// rounds, until a node takes the session back, the server refuses it, or
+// the TTL has passed since the send time of the last answered frame: the
+// server heard nothing later, and may release the holds from then on.
 func (s *Session) resume() (net.Conn, error) {
-	backoff := minBackoff
-	for {
+	for round := 0; ; round++ {
 		s.mu.Lock()
 		deadline := s.confirmed.Add(s.ttl)
 		s.mu.Unlock()
 		if !time.Now().Before(deadline) {
-			return nil, fmt.Errorf("%w: its TTL (%v) passed without a resume", ErrSessionLost, s.ttl)
+			return nil, s.expired()
 		}
 		actx, cancel := context.WithDeadline(s.ctx, deadline)
 		conn, _, sentAt, err := s.open(actx, s.id)
 		cancel()
 		if err == nil {
 			s.resumed(sentAt)
-			s.log.Info("session resumed", "session", fmt.Sprintf("%016x", s.id))
+			s.log.Info("session resumed", "session", fmt.Sprintf("%016x", s.id), "address", conn.RemoteAddr().String())
 			return conn, nil
 		}
 		if errors.Is(err, ErrSessionLost) || s.ctx.Err() != nil {
@@ -741,16 +782,25 @@ func (s *Session) resume() (net.Conn, error) {
 			}
 			return nil, err
 		}
-		s.log.Debug("session resume failed", "session", fmt.Sprintf("%016x", s.id), "err", err, "retry_in", backoff)
-		t := time.NewTimer(min(backoff, time.Until(deadline)))
+		wait := backoff(round)
+		s.log.Debug("session resume failed", "session", fmt.Sprintf("%016x", s.id), "err", err, "retry_in", wait)
+		t := time.NewTimer(min(wait, time.Until(deadline)))
 		select {
 		case <-t.C:
 		case <-s.ctx.Done():
 			t.Stop()
 			return nil, context.Cause(s.ctx)
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// expired is the loss of a session whose TTL passed, counted from the
+// send time of the last frame the server answered, without a resume.
+func (s *Session) expired() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Errorf("%w: its TTL (%v) passed since the last answered frame was sent (%s), without a resume",
+		ErrSessionLost, s.ttl, s.confirmed.Format(time.RFC3339Nano))
 }
 
 // resumed restarts the TTL and puts the unlocks of the strays first in
@@ -900,6 +950,14 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 	for {
 		now := time.Now()
 		s.mu.Lock()
+		// The server may release the holds once the TTL has passed since
+		// the send time of the last frame it answered: the session counts
+		// itself lost then, connected or not (resume sees the TTL gone).
+		lostAt := s.confirmed.Add(s.ttl)
+		if !now.Before(lostAt) {
+			s.mu.Unlock()
+			return fmt.Errorf("no answer from the server for the TTL (%v)", s.ttl)
+		}
 		if s.ping != nil && s.ping.sent && now.Sub(s.ping.sentAt) >= deadAfter {
 			s.mu.Unlock()
 			return fmt.Errorf("no answer to Ping for %v", deadAfter)
@@ -918,9 +976,10 @@ func (s *Session) write(conn net.Conn, stop <-chan struct{}) error {
 		default:
 			wait = earlier(s.lastSent, s.confirmed).Add(pingEvery).Sub(now)
 		}
+		wait = min(wait, lostAt.Sub(now))
 		s.mu.Unlock()
 		if len(buf) > 0 {
-			_ = conn.SetWriteDeadline(now.Add(writeTimeout))
+			_ = conn.SetWriteDeadline(earlier(now.Add(writeTimeout), lostAt))
 			if _, err := conn.Write(buf); err != nil {
 				return fmt.Errorf("write: %w", err)
 			}

@@ -582,3 +582,28 @@ func TestSessionPendingBound(t *testing.T) {
 	p.c.Close()
 	wg.Wait()
 }
+
+// TestSessionLostAtTTLWhileConnected: the server keeps the connection but
+// neither reads nor answers. The session counts itself lost one TTL after
+// the send of the last frame answered (the open), connected or not — not
+// sooner, and not a write timeout or a resume later.
+func TestSessionLostAtTTLWhileConnected(t *testing.T) {
+	before := time.Now()
+	s, _, _ := openFake(t, 1000)
+	after := time.Now()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("session not lost 5s after its 1s TTL")
+	}
+	lost := time.Now()
+	if lost.Sub(before) < time.Second {
+		t.Errorf("lost %v after the open was sent, before its 1s TTL", lost.Sub(before))
+	}
+	if d := lost.Sub(after); d > 1300*time.Millisecond {
+		t.Errorf("lost %v after the open was answered, want the 1s TTL (and a little)", d)
+	}
+	if err := s.Err(); !errors.Is(err, client.ErrSessionLost) {
+		t.Fatalf("Err = %v", err)
+	}
+}

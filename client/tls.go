@@ -12,7 +12,8 @@ import (
 
 // WithTLS makes every connection of a Client or a Session TLS, for a
 // server started with TLS_CERT and TLS_KEY. cfg is cloned; when its
-// ServerName is empty the host of the address is used, as tls.Dial does.
+// ServerName is empty the host of the address is used, as tls.Dial does
+// (in an address list, each entry's own host).
 // The handshake is part of the connection attempt (WithDialTimeout bounds
 // it); a certificate the client refuses makes the call fail with
 // ErrUnreachable wrapping the crypto/tls error (errors.As finds a
@@ -22,7 +23,7 @@ func WithTLS(cfg *tls.Config) Option {
 	return func(c *config) {
 		c.tls = nil
 		if cfg != nil {
-			c.tls = cfg.Clone() // per Client: forAddress sets its ServerName
+			c.tls = cfg.Clone() // per Client: setAddresses sets its ServerNames
 		}
 	}
 }
@@ -68,26 +69,13 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// forAddress fills in the server name from address once, so that a dial
-// does not clone the configuration.
-func (c *config) forAddress(address string) {
-	if c.tls == nil || c.tls.ServerName != "" {
-		return
-	}
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		host = address
-	}
-	c.tls.ServerName = host
-}
-
-// handshake makes conn a TLS connection when the client has WithTLS, the
-// handshake bounded by ctx; conn is closed if it fails.
-func (c *config) handshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
-	if c.tls == nil {
+// handshake makes conn a TLS connection with cfg, the handshake bounded
+// by ctx; conn is closed if it fails. cfg nil: plain TCP, conn as it is.
+func handshake(ctx context.Context, conn net.Conn, cfg *tls.Config) (net.Conn, error) {
+	if cfg == nil {
 		return conn, nil
 	}
-	tc := tls.Client(conn, c.tls)
+	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("tls handshake: %w", err)

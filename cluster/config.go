@@ -49,6 +49,11 @@ type Config struct {
 	// SnapshotThreshold is RAFT_SNAPSHOT_THRESHOLD, the entries between
 	// snapshots; zero means DefaultSnapshotThreshold.
 	SnapshotThreshold uint64
+	// DataPath is DATA_PATH: a single node's log, moved into the cluster
+	// by a node of a new cluster of one (migrate.go); "" for none.
+	DataPath string
+	// TLS, when set, is the cluster port's mutual TLS (RAFT_TLS_*).
+	TLS *PeerTLS
 	// Logger receives the node's and raft's logs; nil means slog.Default.
 	Logger *slog.Logger
 	// OnLeadership is called with every change of this node's leadership,

@@ -45,7 +45,23 @@
 // handshake, with the client's address in a preamble; and VerifyLeader
 // rounds, shared, before answers that change nothing.
 //
-// Not here yet: membership changes (CLUSTER_JOIN), migration from a single
-// node's log, TLS on the cluster port, follower reads on the web port, the
-// cluster's metrics.
+// Membership (members.go): changes run on the leader one at a time; a
+// follower forwards them over the cluster port (a call, calls.go). A node
+// is added as a non-voter, only once the leader has reached it on its
+// cluster port and it answered with the id it claimed, and promoted to
+// voter once caught up; a removal that would leave fewer than 2 voters is
+// refused. A join (join.go) proves CLUSTER_TOKEN with an HMAC over its
+// body and time.
+//
+// Migration (migrate.go): a new cluster of one imports a single node's log
+// in one entry before it serves anything, then renames the log; a crash in
+// between imports it at the next start unless the FSM has it. A node with
+// raft state refuses a log at DATA_PATH rather than drop its holds.
+// RAFT_DIR/peers.json, when present, replaces the configuration
+// (raft.RecoverCluster) and is removed.
+//
+// With PeerTLS (tls.go) every cluster-port connection is mutual TLS before
+// the token handshake.
+//
+// Not here yet: follower reads on the web port, the cluster's metrics.
 package cluster

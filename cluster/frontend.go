@@ -313,7 +313,13 @@ func (e *engineJournal) do(fn func() error) error {
 }
 
 func (e *engineJournal) Commit(batch []locker.Change) error {
-	return e.do(func() error { return e.j.Commit(batch) })
+	return e.do(func() error {
+		err := e.j.Commit(batch)
+		if err == nil && failpointsOn {
+			afterCommit(batch)
+		}
+		return err
+	})
 }
 
 func (e *engineJournal) OpenSession(id locker.SessionID, source, remote string, ttl time.Duration) error {
@@ -484,7 +490,7 @@ func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
 		// The client's bytes to the leader; its half-close is passed on,
 		// so that a client that shuts its side down still gets its answer.
 		_, err := io.Copy(up, c)
-		if tc, ok := up.(*net.TCPConn); ok && err == nil {
+		if tc, ok := up.(interface{ CloseWrite() error }); ok && err == nil {
 			_ = tc.CloseWrite()
 			return
 		}

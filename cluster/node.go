@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -50,11 +51,25 @@ type Node struct {
 	fsm    *FSM
 	store  *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
+	stream *streamLayer
 	notify chan bool
 	done   chan struct{} // closed by Close: the watcher ends
 	wg     sync.WaitGroup
 	once   sync.Once
 	verify verifier
+	// members is the membership changes' state (members.go).
+	members members
+	// hadState: raft state was on disk at the start.
+	hadState bool
+	// importDone: no import is pending (or it is in the FSM); only the
+	// watcher reads and writes it after Start.
+	importDone bool
+	// started is set once raft is: calls on the cluster port, which
+	// opens first, are answered only then.
+	started atomic.Bool
+	// pending is the import of DATA_PATH's log still to be proposed
+	// (migrate.go); nil without one.
+	pending *Entry
 }
 
 // nodeIDFile keeps the id a RAFT_DIR was first started with.
@@ -87,6 +102,7 @@ func Start(c Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, store: store, fsm: NewFSM(log), notify: make(chan bool, 8), done: make(chan struct{})}
 	n.verify.node = n
+	n.members.info = map[string]probed{}
 	if err := n.start(peers); err != nil {
 		if n.trans != nil {
 			n.trans.Close()
@@ -94,8 +110,9 @@ func Start(c Config) (*Node, error) {
 		store.Close()
 		return nil, err
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watch()
+	go n.promote()
 	return n, nil
 }
 
@@ -109,10 +126,11 @@ func (n *Node) start(peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: snapshots: %w", cfg.RaftDir, err)
 	}
-	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward)
+	stream, err := newStreamLayer(cfg.RaftAddress, cfg.RaftAdvertise, []byte(cfg.Token), cfg.Logger, cfg.OnForward, n.serveCall, cfg.TLS)
 	if err != nil {
 		return err
 	}
+	n.stream = stream
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog.Named("net"),
 	})
@@ -127,6 +145,16 @@ func (n *Node) start(peers []Peer) error {
 	had, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {
 		return fmt.Errorf("RAFT_DIR %s: %w", cfg.RaftDir, err)
+	}
+	n.hadState = had
+	if err := n.prepareMigration(had, peers); err != nil {
+		return err
+	}
+	n.importDone = n.pending == nil
+	if had {
+		if err := recoverPeers(rc, n, snaps); err != nil {
+			return err
+		}
 	}
 	if !had && len(peers) > 0 {
 		var servers []raft.Server
@@ -143,11 +171,15 @@ func (n *Node) start(peers []Peer) error {
 		}
 		cfg.Logger.Info("cluster: bootstrapped", "node", cfg.NodeID, "peers", len(servers))
 	}
+	if !had && len(peers) == 0 {
+		cfg.Logger.Info("cluster: no raft state and no CLUSTER_PEERS: waiting to be added by the leader", "node", cfg.NodeID, "address", cfg.RaftAdvertise)
+	}
 	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.started.Store(true)
 	return nil
 }
 
@@ -272,6 +304,18 @@ func (n *Node) watch() {
 			}
 			if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != t {
 				continue
+			}
+			if !n.importDone {
+				if err := n.importState(t); err != nil {
+					n.cfg.Logger.Error("cluster: the import of DATA_PATH's log failed; tried again", "node", n.cfg.NodeID, "term", t, "err", err)
+					select {
+					case <-n.done:
+						return
+					case <-time.After(n.cfg.HeartbeatTimeout):
+					}
+					continue
+				}
+				n.importDone = true
 			}
 			leading, term = true, t
 			high := n.fsm.HighToken()

@@ -346,7 +346,7 @@ func TestClusterWrongTokenNeverJoins(t *testing.T) {
 func TestStreamHandshake(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	addr := freeAddr(t)
-	s, err := newStreamLayer(addr, addr, []byte(testToken), log, nil)
+	s, err := newStreamLayer(addr, addr, []byte(testToken), log, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

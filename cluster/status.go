@@ -36,7 +36,7 @@ func (n *Node) HeardFromLeader() bool {
 // DialForward connects to the node at address (a cluster port) to carry a
 // client connection from remote, the client's own address.
 func (n *Node) DialForward(address, remote string) (net.Conn, error) {
-	return dialForward(address, []byte(n.cfg.Token), remote, 2*n.cfg.HeartbeatTimeout+time.Second)
+	return n.stream.dialForward(address, remote, 2*n.cfg.HeartbeatTimeout+time.Second)
 }
 
 // OnLeaderChange calls fn, in a goroutine the Node owns, each time the
@@ -133,9 +133,10 @@ type Status struct {
 }
 
 // NodeStatus is one member as this node sees it. LastContactMS and
-// AppliedIndex are known for this node (0 and its applied index) and, on a
-// follower, the leader's last contact; nil otherwise: raft does not
-// publish its followers' figures.
+// AppliedIndex are known for this node (0 and its applied index); on a
+// follower, the leader's last contact; on the leader, what each other node
+// said of itself in the leader's last round of calls (its applied index,
+// and how long ago it heard from the leader); nil when not known.
 type NodeStatus struct {
 	ID            string  `json:"id"`
 	Address       string  `json:"address"`
@@ -179,6 +180,16 @@ func (n *Node) Status() Status {
 				if lc := n.raft.LastContact(); !lc.IsZero() {
 					ms := time.Since(lc).Milliseconds()
 					ns.LastContactMS = &ms
+				}
+			case s.State == "leader":
+				// What the node told the leader's last round (members.go).
+				if in, ok := n.peerInfo(ns.ID); ok {
+					applied := in.AppliedIndex
+					ns.AppliedIndex = &applied
+					if in.LastContactMS >= 0 {
+						ms := in.LastContactMS
+						ns.LastContactMS = &ms
+					}
 				}
 			}
 			s.Nodes = append(s.Nodes, ns)

@@ -38,6 +38,7 @@ const (
 const (
 	purposeRaft    = 'R'
 	purposeForward = 'F'
+	purposeCall    = 'C'
 	maxPreamble    = 512
 )
 
@@ -61,6 +62,12 @@ type streamLayer struct {
 	// with the address it claims; nil refuses them. It must return
 	// quickly: it is called in the handshake's goroutine.
 	forward func(c net.Conn, remote string)
+	// call answers a node-to-node call (calls.go); nil refuses them. It
+	// runs in the connection's goroutine, which Close waits for.
+	call func(callRequest) callReply
+	// tls, when set, wraps every connection in mutual TLS before the
+	// token handshake (RAFT_TLS_*).
+	tls *PeerTLS
 
 	conns chan net.Conn // authenticated connections for Accept
 	done  chan struct{} // closed by Close: the accept loop and handshakes end
@@ -78,11 +85,12 @@ type streamLayer struct {
 // readers would wait on peers that may never hang up.
 type ownedConn struct {
 	net.Conn
-	s *streamLayer
+	raw net.Conn // the TCP connection under Conn, as tracked
+	s   *streamLayer
 }
 
 func (c ownedConn) Close() error {
-	c.s.untrack(c.Conn)
+	c.s.untrack(c.raw)
 	return c.Conn.Close()
 }
 
@@ -107,13 +115,14 @@ func (s *streamLayer) untrack(c net.Conn) {
 
 // newStreamLayer listens on address; advertise is the address other nodes
 // dial (what raft names this node by).
-func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string)) (*streamLayer, error) {
+func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, forward func(net.Conn, string),
+	call func(callRequest) callReply, pt *PeerTLS) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("RAFT_ADDRESS %q: %w", address, err)
 	}
 	s := &streamLayer{
-		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward,
+		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, call: call, tls: pt,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
 	}
@@ -149,14 +158,24 @@ func (s *streamLayer) acceptLoop() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			err := acceptHandshake(c, s.token)
+			raw := c
+			c, err := s.serverTLS(c)
+			if err == nil {
+				err = acceptHandshake(c, s.token)
+			}
 			var purpose byte
 			var remote string
 			if err == nil {
 				purpose, remote, err = readPurpose(c)
 			}
+			if err == nil && purpose == purposeCall {
+				s.serveCall(c)
+				s.untrack(raw)
+				c.Close()
+				return
+			}
 			if err == nil && purpose == purposeForward {
-				s.untrack(c)
+				s.untrack(raw)
 				if s.forward == nil {
 					c.Close()
 					return
@@ -165,7 +184,7 @@ func (s *streamLayer) acceptLoop() {
 				return
 			}
 			if err != nil {
-				s.untrack(c)
+				s.untrack(raw)
 				select {
 				case <-s.done: // closed by Close, not refused
 				default:
@@ -175,9 +194,9 @@ func (s *streamLayer) acceptLoop() {
 				return
 			}
 			select {
-			case s.conns <- ownedConn{c, s}:
+			case s.conns <- ownedConn{c, raw, s}:
 			case <-s.done:
-				s.untrack(c)
+				s.untrack(raw)
 				c.Close()
 			}
 		}()
@@ -223,15 +242,24 @@ func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 // Dial connects to address and authenticates both ways.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	return s.dial(string(address), timeout, []byte{purposeRaft})
+}
+
+// dial connects to address (TLS first when configured), authenticates
+// both ways and sends hello: the purpose byte and what follows it.
+func (s *streamLayer) dial(address string, timeout time.Duration, hello []byte) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", address, timeout)
 	if err != nil {
 		return nil, err
+	}
+	if c, err = s.clientTLS(c, address, timeout); err != nil {
+		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
 	}
 	if err := dialHandshake(c, s.token); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
 	}
-	if _, err := c.Write([]byte{purposeRaft}); err != nil {
+	if _, err := c.Write(hello); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
 	}
@@ -240,24 +268,11 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 
 // dialForward connects to address, authenticates both ways and sends the
 // preamble of a forwarded client connection from remote.
-func dialForward(address string, token []byte, remote string, timeout time.Duration) (net.Conn, error) {
+func (s *streamLayer) dialForward(address, remote string, timeout time.Duration) (net.Conn, error) {
 	if len(remote) > maxPreamble {
 		return nil, fmt.Errorf("cluster: forward: client address of %d bytes", len(remote))
 	}
-	c, err := net.DialTimeout("tcp", address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	if err := dialHandshake(c, token); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("cluster: forward to %s: %w", address, err)
-	}
-	b := append([]byte{purposeForward, byte(len(remote) >> 8), byte(len(remote))}, remote...)
-	if _, err := c.Write(b); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("cluster: forward to %s: %w", address, err)
-	}
-	return c, nil
+	return s.dial(address, timeout, append([]byte{purposeForward, byte(len(remote) >> 8), byte(len(remote))}, remote...))
 }
 
 // readPurpose reads the purpose byte and, for a forwarded connection, the
@@ -270,7 +285,7 @@ func readPurpose(c net.Conn) (byte, string, error) {
 		return 0, "", fmt.Errorf("read purpose: %w", err)
 	}
 	switch p[0] {
-	case purposeRaft:
+	case purposeRaft, purposeCall:
 		return p[0], "", nil
 	case purposeForward:
 	default:

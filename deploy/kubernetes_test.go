@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,6 +100,7 @@ type manifests struct {
 	StatefulSet *appsv1.StatefulSet
 	Services    []*corev1.Service
 	Secrets     []*corev1.Secret
+	PDBs        []*policyv1.PodDisruptionBudget
 	Rendered    [][]byte          // every object of the kustomize output, as YAML
 	Raw         map[string][]byte // file name → content
 	Kust        kusttypes.Kustomization
@@ -121,7 +123,7 @@ func renderKustomization(t *testing.T, dir string, extra map[string]string) ([]b
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.IsDir() || e.Name() == webEnvFile {
+		if e.IsDir() || filepath.Ext(e.Name()) == ".env" {
 			continue // the operator's own web.env, if any, is not the test's
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -146,7 +148,15 @@ func renderKustomization(t *testing.T, dir string, extra map[string]string) ([]b
 
 func loadManifests(t *testing.T) manifests {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), filepath.FromSlash(kubeDir))
+	return loadManifestsFrom(t, kubeDir, map[string]string{webEnvFile: "WEB_PASSWORD=" + webEnvPassword + "\n"})
+}
+
+// loadManifestsFrom reads and renders the kustomization in rel (a folder of
+// the repository), with the stand-ins of its git-ignored files in extra.
+func loadManifestsFrom(t *testing.T, rel string, extra map[string]string) manifests {
+	t.Helper()
+	kubeDir := rel
+	dir := filepath.Join(repoRoot(t), filepath.FromSlash(rel))
 	m := manifests{Raw: map[string][]byte{}}
 
 	entries, err := os.ReadDir(dir)
@@ -182,9 +192,9 @@ func loadManifests(t *testing.T) manifests {
 	}
 
 	// Render as kubectl apply -k does and check what comes out.
-	out, err := renderKustomization(t, dir, map[string]string{webEnvFile: "WEB_PASSWORD=" + webEnvPassword + "\n"})
+	out, err := renderKustomization(t, dir, extra)
 	if err != nil {
-		t.Fatalf("kustomize build %s (with a %s): %v", kubeDir, webEnvFile, err)
+		t.Fatalf("kustomize build %s (with stand-ins of %v): %v", kubeDir, slices.Sorted(maps.Keys(extra)), err)
 	}
 	for i, doc := range splitYAML(t, "kustomize output", out) {
 		m.Rendered = append(m.Rendered, doc)
@@ -198,6 +208,8 @@ func loadManifests(t *testing.T) manifests {
 			m.Services = append(m.Services, o)
 		case *corev1.Secret:
 			m.Secrets = append(m.Secrets, o)
+		case *policyv1.PodDisruptionBudget:
+			m.PDBs = append(m.PDBs, o)
 		}
 	}
 	if m.StatefulSet == nil {

@@ -42,6 +42,8 @@ import (
 type podmanStack struct {
 	t        *testing.T
 	root     string   // repository root: the compose project folder
+	file     string   // the compose file, relative to root
+	volumes  []string // the file's named volumes, removed at teardown
 	compose  []string // argv of podman-compose, before its own flags
 	env      []string // environment of every podman and podman-compose run
 	project  string   // compose project name, unique to this run
@@ -85,18 +87,38 @@ func requirePodman(t *testing.T) []string {
 	return nil
 }
 
+// composeVars are the variables the compose files read: only those the
+// test sets reach podman-compose, so that the caller's own VERSION or
+// WEB_PASSWORD cannot change the test.
+var composeVars = []string{"VERSION", "STUCK_AFTER", "WEB_PASSWORD", "LOCK_PORT", "WEB_PORT", "AUTH_TOKEN",
+	"CLUSTER_TOKEN", "RAFT_HEARTBEAT_TIMEOUT", "LC1_LOCK_PORT", "LC1_WEB_PORT", "LC2_LOCK_PORT", "LC2_WEB_PORT",
+	"LC3_LOCK_PORT", "LC3_WEB_PORT"}
+
+// newPodmanStack is docker-compose.yml's stack, with its ports on free
+// loopback ports and WEB_PASSWORD set.
 func newPodmanStack(t *testing.T) *podmanStack {
+	s := newPodmanStackOf(t, "docker-compose.yml", "lc-composetest-", []string{"locks", "prometheus"})
+	s.lockAddr, s.webAddr = freePort(t), freePort(t)
+	s.env = append(s.env, "LOCK_PORT="+s.lockAddr, "WEB_PORT="+s.webAddr, "WEB_PASSWORD="+s.password)
+	return s
+}
+
+// newPodmanStackOf is the stack of a compose file of the repository root,
+// in a podman storage of its own, under a project name made of prefix and
+// this process's id; volumes are the file's named volumes. The caller
+// adds the file's variables to s.env.
+func newPodmanStackOf(t *testing.T, file, prefix string, volumes []string) *podmanStack {
 	compose := requirePodman(t)
 	root := repoRoot(t)
 	dir := t.TempDir()
 	s := &podmanStack{
 		t:        t,
 		root:     root,
+		file:     file,
+		volumes:  volumes,
 		compose:  compose,
-		project:  "lc-composetest-" + strconv.Itoa(os.Getpid()),
+		project:  prefix + strconv.Itoa(os.Getpid()),
 		version:  "composetest-" + strconv.Itoa(os.Getpid()),
-		lockAddr: freePort(t),
-		webAddr:  freePort(t),
 		password: "compose-test-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
 	// The Dockerfile's default builder, which make-go-image.sh tags.
@@ -122,11 +144,9 @@ runroot = "%[1]s/run"
 			t.Fatal(err)
 		}
 	}
-	// Only the variables docker-compose.yml reads are set, so that the
-	// caller's own VERSION or WEB_PASSWORD cannot change the test.
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains([]string{"VERSION", "STUCK_AFTER", "WEB_PASSWORD", "LOCK_PORT", "WEB_PORT", "AUTH_TOKEN"}, k) {
+		if !slices.Contains(composeVars, k) {
 			s.env = append(s.env, kv)
 		}
 	}
@@ -134,9 +154,6 @@ runroot = "%[1]s/run"
 		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
 		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
 		"VERSION="+s.version,
-		"LOCK_PORT="+s.lockAddr,
-		"WEB_PORT="+s.webAddr,
-		"WEB_PASSWORD="+s.password,
 		// Docker's image format keeps the Dockerfile's HEALTHCHECK (OCI's
 		// drops it), as the README's podman settings say.
 		"BUILDAH_FORMAT=docker",
@@ -174,7 +191,7 @@ func (s *podmanStack) try(name string, args ...string) (string, error) {
 // composeArgs is podman-compose's argv for one subcommand of this project.
 func (s *podmanStack) composeArgs(sub ...string) []string {
 	args := append(slices.Clone(s.compose[1:]),
-		"-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yml"), "--in-pod", "false",
+		"-p", s.project, "-f", filepath.Join(s.root, s.file), "--in-pod", "false",
 		// No intermediate images are kept; the module cache stands in for
 		// the module proxy.
 		"--podman-build-args", strings.Join([]string{
@@ -193,11 +210,17 @@ func (s *podmanStack) composeRun(sub ...string) string {
 // container is the name of the project's server container.
 func (s *podmanStack) container() string {
 	s.t.Helper()
+	return s.serviceContainer(composeServer)
+}
+
+// serviceContainer is the name of the project's container of a service.
+func (s *podmanStack) serviceContainer(service string) string {
+	s.t.Helper()
 	names := strings.Fields(s.run("podman", "ps", "-a", "--format", "{{.Names}}",
 		"--filter", "label=io.podman.compose.project="+s.project,
-		"--filter", "label=com.docker.compose.service="+composeServer))
+		"--filter", "label=com.docker.compose.service="+service))
 	if len(names) != 1 {
-		s.t.Fatalf("want one %s container in project %s, have %q", composeServer, s.project, names)
+		s.t.Fatalf("want one %s container in project %s, have %q", service, s.project, names)
 	}
 	return names[0]
 }
@@ -333,7 +356,8 @@ func (s *podmanStack) teardown() {
 	if ids, _ := s.try("podman", "ps", "-a", "-q", "--filter", "label=io.podman.compose.project="+s.project); strings.TrimSpace(ids) != "" {
 		s.try("podman", append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
 	}
-	for _, v := range []string{s.project + "_locks", s.project + "_prometheus"} {
+	for _, name := range s.volumes {
+		v := s.project + "_" + name
 		if _, err := s.try("podman", "volume", "exists", v); err == nil {
 			s.try("podman", "volume", "rm", "-f", v)
 		}

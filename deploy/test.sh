@@ -3,10 +3,12 @@
 #   - go test in this module: Dockerfile (BuildKit's parser), .dockerignore
 #     (the server builds from the context it leaves), docker-compose.yml
 #     (compose-go, and for real on podman: image built from the Dockerfile,
-#     stack up, ports, healthcheck, a held key across restarts), Kubernetes
-#     manifests (kustomize build, strict k8s.io/api decoding, the API's
-#     OpenAPI schemas), and the real server: probes, /metrics, healthcheck,
-#     held keys across a restart;
+#     stack up, ports, healthcheck, a held key across restarts),
+#     docker-compose.cluster.yml (compose-go, and for real on podman: three
+#     nodes, a Go client session across podman kill of its node), the
+#     Kubernetes manifests of the single node and of the cluster (kustomize
+#     build, strict k8s.io/api decoding, the API's OpenAPI schemas), and the
+#     real server: probes, /metrics, healthcheck, held keys across a restart;
 #   - promtool: rules and config syntax, and the alert unit tests.
 # Needs Go; deploy/ci-setup.sh installs promtool, podman, runc and
 # podman-compose. A skipped check is listed at the end; with CI=true it

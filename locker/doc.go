@@ -17,6 +17,16 @@
 // write to a socket or call the table. A refused batch changes nothing. That makes the table a function of its
 // journal, the shape a replicated state machine needs.
 //
+// What a change means is decided in one place, State: holds, sessions and
+// the highest token, changed only by applying records, with no clock, no
+// lock and no connection of its own, refusing a record that contradicts
+// it. The engine proposes every batch to its Journal, and each of the
+// three journals folds it with State: a table kept in memory folds into a
+// State of its own (Table.State), walog's log folds its records with it at
+// replay and for its compaction snapshots, and a cluster's raft FSM folds
+// every committed entry with it. A batch State refuses is refused by the
+// journal and changes nothing in the table.
+//
 // Guarantees:
 //   - A key is held by at most one grant at a time.
 //   - Waiters are granted in the order they joined the queue, v1 and

@@ -111,13 +111,47 @@ type SessionJournal interface {
 	EndSession(id SessionID, batch []Change) error
 }
 
-type noJournal struct{}
+// memoryJournal is the journal of a table kept only in memory: it folds
+// every batch into a State, the function a durable journal's replay and a
+// cluster's FSM fold records with, so that in memory too the table changes
+// only by records that State accepts. It waits for nothing; a batch it
+// refuses is an engine bug, and changes nothing, as on disk.
+type memoryJournal struct {
+	mu sync.Mutex // guards s: batches of different keys commit concurrently
+	s  *State
+}
 
-func (noJournal) Commit([]Change) error { return nil }
+func (j *memoryJournal) Commit(batch []Change) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.s.ApplyBatch(batch, 0)
+}
+
+// restore records a grant a journal's replay restores into the table.
+func (j *memoryJournal) restore(c Change) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.s.Apply(c)
+}
+
+// State calls fn with the State an in-memory table's changes are folded
+// into, under the lock that keeps batches out meanwhile; it reports false
+// for a table with a journal of its own (whose State is that journal's).
+func (t *Table) State(fn func(*State)) bool {
+	j, ok := t.journal.(*memoryJournal)
+	if !ok {
+		return false
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	fn(j.s)
+	return true
+}
 
 // Options configures a Table. The zero value is an in-memory table.
 type Options struct {
-	// Journal records changes; nil keeps the table in memory.
+	// Journal records changes; nil keeps the table in memory, folding
+	// each change into a State of its own (see Table.State).
 	Journal Journal
 	// TokenFloor is the highest fencing token handed out before (by an
 	// earlier run, from its journal). The first token is the larger of
@@ -216,7 +250,7 @@ func New(opts Options) *Table {
 		now:       opts.Now,
 	}
 	if t.journal == nil {
-		t.journal = noJournal{}
+		t.journal = &memoryJournal{s: NewState(0)}
 	}
 	if t.onGrant == nil {
 		t.onGrant = func(time.Duration) {}
@@ -254,12 +288,8 @@ func (t *Table) RaiseTokens(floor uint64) {
 	}
 }
 
-// commit hands a batch to the journal; a table without one (whose
-// batches stay empty) records nothing.
+// commit hands a batch to the journal.
 func (t *Table) commit(batch []Change) error {
-	if !t.durable {
-		return nil
-	}
 	return t.journal.Commit(batch)
 }
 
@@ -481,10 +511,7 @@ func (t *Table) grantFree(e *entry, h Holder, s *session, l *Link, arrived time.
 		return nil, s.refusal()
 	}
 	g := &grant{token: t.nextToken(), h: h, since: t.now(), sess: s}
-	var err error
-	if t.durable { // in memory there is nothing to record, nor to allocate
-		err = t.journal.Commit([]Change{grantChange(e.key, g)})
-	}
+	err := t.journal.Commit([]Change{grantChange(e.key, g)})
 	if s != nil {
 		s.finish(e.key, g.token, err == nil)
 	}
@@ -604,9 +631,7 @@ type handover struct {
 // the key held.
 func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []Change, int) {
 	hv := handover{e: e, old: e.hold}
-	if t.durable {
-		batch = append(batch, Change{Key: e.key, Token: e.hold.token})
-	}
+	batch = append(batch, Change{Key: e.key, Token: e.hold.token})
 	refused := 0
 	for w := e.head; w != nil; w = e.head {
 		if w.sess != nil && !w.sess.begin(w.link) {
@@ -620,9 +645,7 @@ func (t *Table) planRelease(e *entry, batch []Change, ns *notices) (handover, []
 		hv.next = w
 		hv.g = &grant{token: t.nextToken(), h: w.h, sess: w.sess}
 		hv.g.since = t.now()
-		if t.durable {
-			batch = append(batch, grantChange(e.key, hv.g))
-		}
+		batch = append(batch, grantChange(e.key, hv.g))
 		break
 	}
 	return hv, batch, refused
@@ -918,7 +941,17 @@ func (t *Table) Restore(key string, h Holder, token uint64, since time.Time, ttl
 		t.unref(e, 1) // the shard's mutex, never under the entry's
 		return 0, fmt.Errorf("restore %q: %w", key, ErrLocked)
 	}
-	e.hold = &grant{token: token, h: h, since: since, sess: s}
+	g := &grant{token: token, h: h, since: since, sess: s}
+	if j, ok := t.journal.(*memoryJournal); ok {
+		c := grantChange(key, g)
+		c.TTL = ttl
+		if err := j.restore(c); err != nil {
+			e.mu.Unlock()
+			t.unref(e, 1)
+			return 0, fmt.Errorf("restore %q: %w", key, err)
+		}
+	}
+	e.hold = g
 	if s != nil {
 		s.addHold(key, token)
 	}

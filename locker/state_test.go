@@ -1,6 +1,7 @@
 package locker
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -132,4 +133,60 @@ func TestStateSessionsRefuse(t *testing.T) {
 	if _, ok := s.Session(9); ok || s.Sessions() != 1 {
 		t.Fatalf("a session known by its hold outlived it: %d sessions", s.Sessions())
 	}
+}
+
+// TestMemoryTableFoldsIntoState: a table kept in memory changes only by
+// batches its own State accepts, so after grants, handovers, a session's
+// end and a reset the State holds exactly the table's holds.
+func TestMemoryTableFoldsIntoState(t *testing.T) {
+	tb := New(Options{})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := tb.Lock(ctx, k, Holder{Source: "v1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := tb.OpenSession("svc", "127.0.0.1:1", time.Minute, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock("d", 1); err != nil {
+		t.Fatal(err)
+	}
+	handed := make(chan uint64, 1)
+	if _, err := l.Lock("a", 2, func(tok uint64, err error) { handed <- tok }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Unlock("a"); err != nil { // hands a over to the session
+		t.Fatal(err)
+	}
+	tokA := <-handed
+	if _, err := tb.ResetByKey("b"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want map[string]uint64) {
+		t.Helper()
+		got := map[string]uint64{}
+		tb.Each(func(ki KeyInfo) bool { got[ki.Key] = ki.Token; return true })
+		var state map[string]uint64
+		if !tb.State(func(s *State) {
+			state = map[string]uint64{}
+			s.Each(func(key string, g Grant) bool { state[key] = g.Token; return true })
+		}) {
+			t.Fatal("a table in memory has no State")
+		}
+		if len(got) != len(want) || len(state) != len(want) {
+			t.Fatalf("table %v, its State %v; want the keys of %v", got, state, want)
+		}
+		for k := range want {
+			if got[k] != state[k] || (want[k] != 0 && got[k] != want[k]) {
+				t.Fatalf("key %s: table token %d, State token %d, want %d", k, got[k], state[k], want[k])
+			}
+		}
+	}
+	check(map[string]uint64{"a": tokA, "c": 0, "d": 0})
+	if _, err := l.Close(); err != nil { // releases a and d
+		t.Fatal(err)
+	}
+	check(map[string]uint64{"c": 0})
 }

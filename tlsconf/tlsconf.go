@@ -104,6 +104,7 @@ type Store struct {
 type loaded struct {
 	cert *tls.Certificate // Leaf set
 	lock *tls.Config      // the lock port's, client CA included
+	ca   *x509.CertPool   // Files.ClientCA's certificates; nil without
 }
 
 // Load reads the files and returns a Store serving them; logger receives
@@ -144,6 +145,21 @@ func (s *Store) WebConfig() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return s.cur.Load().cert, nil
 		},
+	}
+}
+
+// PeerClientConfig returns the configuration for dialling a peer by host
+// when every peer is both client and server (the cluster port's mutual
+// TLS): it shows the certificate in use now and trusts only Files.ClientCA
+// (which must be set), whose certificates must name host. A reload applies
+// to the next call.
+func (s *Store) PeerClientConfig(host string) *tls.Config {
+	l := s.cur.Load()
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		ServerName:   host,
+		RootCAs:      l.ca,
+		Certificates: []tls.Certificate{*l.cert},
 	}
 }
 
@@ -195,6 +211,7 @@ func (s *Store) read() (*loaded, error) {
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{pair},
 	}
+	var ca *x509.CertPool
 	if s.files.ClientCA != "" {
 		pool, err := readPool(s.files.ClientCA)
 		if err != nil {
@@ -202,6 +219,7 @@ func (s *Store) read() (*loaded, error) {
 		}
 		lock.ClientCAs = pool
 		lock.ClientAuth = tls.RequireAndVerifyClientCert
+		ca = pool
 	}
 	// Fresh ticket keys with every set: a session ticket issued before a
 	// reload cannot resume after it, so a client whose CA was just removed
@@ -211,7 +229,7 @@ func (s *Store) read() (*loaded, error) {
 		return nil, fmt.Errorf("session ticket key: %w", err)
 	}
 	lock.SetSessionTicketKeys([][32]byte{k})
-	return &loaded{cert: &pair, lock: lock}, nil
+	return &loaded{cert: &pair, lock: lock, ca: ca}, nil
 }
 
 // parseChain parses every CERTIFICATE block of a PEM file and returns the

@@ -66,6 +66,9 @@ type Options struct {
 	// Cluster, when set, answers GET /api/v1/cluster with what it returns,
 	// as JSON (a cluster node's status, SPEC §8.7).
 	Cluster func() any
+	// Membership, when set, serves the cluster's membership routes
+	// (cluster_routes.go).
+	Membership *Membership
 
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -161,11 +164,7 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("POST /api/v1/reset/source", s.apiResetSource)
 	mux.HandleFunc("GET /api/v1/sessions", s.apiSessions)
 	mux.HandleFunc("POST /api/v1/sessions/{session}/end", s.apiEndSession)
-	if opts.Cluster != nil {
-		mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, opts.Cluster())
-		})
-	}
+	s.registerCluster(mux)
 
 	s.routes(mux)
 	s.mux = mux
@@ -186,7 +185,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.misdirected(w, r)
 		return
 	}
-	if s.opts.Password != "" && !probe && !s.authorized(w, r) {
+	// A node's join proves CLUSTER_TOKEN instead (apiAddNode checks it).
+	if s.opts.Password != "" && !probe && !s.isJoin(r) && !s.authorized(w, r) {
 		return
 	}
 	s.handler.ServeHTTP(w, r)

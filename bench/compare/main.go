@@ -47,6 +47,7 @@ type config struct {
 	install    bool
 	keepTmp    bool
 	cpuProfile string
+	failovers  int      // workload F: kills of the leader (and hand-overs) per cluster
 	args       []string // as given, for the README
 }
 
@@ -71,7 +72,8 @@ func main() {
 
 // allWorkloads in the order a round runs them: M right after B, so that the
 // two, whose ratio the report gives, are measured close together in time.
-var allWorkloads = []string{wA, wB, wM, wC, wD}
+// F, the clusters' failovers, runs once after the rounds: it kills nodes.
+var allWorkloads = []string{wA, wB, wM, wC, wD, wF}
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench-compare", flag.ContinueOnError)
@@ -82,11 +84,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.timing.warmup, "warmup", 200*time.Millisecond, "uncounted warm-up before each run")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds; each round runs every workload on every system once, systems in turn")
 	systems := fs.String("systems", "all", "comma-separated systems to run: "+strings.Join(systemNames, ","))
-	workloads := fs.String("workloads", "all", "comma-separated workloads to run: A,B,C,D,M")
+	workloads := fs.String("workloads", "all", "comma-separated workloads to run: A,B,C,D,M,F")
 	fs.DurationVar(&cfg.hold, "hold", 100*time.Microsecond, "how long workload C's holders keep the key")
 	fs.DurationVar(&cfg.redisRetry, "redis-retry", time.Millisecond, "Redis: a taken key is tried again after a random sleep of 0 to this")
 	fs.BoolVar(&cfg.install, "install", true, "run install.sh first (apt-get what is missing)")
 	fs.BoolVar(&cfg.keepTmp, "keep-tmp", false, "keep the temporary folder (data and server logs)")
+	fs.IntVar(&cfg.failovers, "failovers", 20, "workload F: kill -9 of the leader, and planned hand-overs, this many times on each cluster")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this program (the clients, not the servers) over the runs to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -171,7 +174,7 @@ func plan(workloads []string, systems []*system, round int) []cell {
 				cells = append(cells, cell{w, n, s.name})
 			}
 		case wC:
-			for _, s := range rotated(func(s *system) bool { return !s.floor }) {
+			for _, s := range rotated(func(s *system) bool { return !s.floor && !s.cluster }) {
 				cells = append(cells, cell{w, nC, s.name})
 			}
 		case wD:
@@ -274,9 +277,18 @@ func run(cfg config) (err error) {
 			fmt.Fprintf(os.Stderr, "round %d/%d  %-2s %3d  %-17s %s\n", round+1, cfg.rounds, c.workload, c.lockers, c.system, brief(c, r))
 		}
 	}
+	failovers := make(map[string]failoverResult)
+	if slices.Contains(cfg.workloads, wF) && cfg.failovers > 0 {
+		for _, s := range systems {
+			if c, ok := srv.clusters[s.name]; ok {
+				failovers[s.name] = runFailovers(ctx, c, cfg.failovers)
+			}
+		}
+	}
 	m.loadAfter = loadAverage()
 	m.took = time.Since(started)
 	rep := newReport(cfg, m, srv, systems, results, failed)
+	rep.failovers = failovers
 	fmt.Println(rep.markdown(""))
 	if cfg.out != "" {
 		if err := rep.write(cfg.out); err != nil {

@@ -168,9 +168,9 @@ type etcdClient struct {
 	mutexes map[string]*concurrency.Mutex
 }
 
-func newEtcdClient(ctx context.Context, endpoint string) (*etcdClient, error) {
+func newEtcdClient(ctx context.Context, endpoints ...string) (*etcdClient, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
+		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		Context:     context.WithoutCancel(ctx),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -116,6 +117,8 @@ type report struct {
 	skipped  map[string]string
 	systems  []*system
 	sums     map[cell]summary
+	// failovers are workload F's figures, by cluster system.
+	failovers map[string]failoverResult
 }
 
 func newReport(cfg config, m machine, srv *servers, systems []*system, results map[cell][]runResult, failed map[cell]error) *report {
@@ -166,7 +169,17 @@ func (r *report) write(dir string) error {
 	slices.SortFunc(cells, func(a, b jsonCell) int {
 		return strings.Compare(fmt.Sprintf("%s%03d%s", a.Workload, a.Lockers, a.System), fmt.Sprintf("%s%03d%s", b.Workload, b.Lockers, b.System))
 	})
-	b, err := json.MarshalIndent(map[string]any{"machine": r.m, "versions": r.versions, "cells": cells}, "", "  ")
+	type jsonFailover struct {
+		System string `json:"system"`
+		failoverFigures
+		failoverResult
+	}
+	var fos []jsonFailover
+	for _, name := range slices.Sorted(maps.Keys(r.failovers)) {
+		f := r.failovers[name]
+		fos = append(fos, jsonFailover{name, f.figures(), f})
+	}
+	b, err := json.MarshalIndent(map[string]any{"machine": r.m, "versions": r.versions, "cells": cells, "failovers": fos}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("results.json: %w", err)
 	}
@@ -359,6 +372,8 @@ func (r *report) markdown(chart string) string {
 		p("| %s | %s | %s | %s |\n", s.name, r.rateCell(wM, nB, s.name), r.rateCell(wB, nB, s.name), ratio)
 	}
 
+	r.clusterSection(p)
+
 	p("\n## Systems\n\n")
 	for _, s := range r.systems {
 		p("- **%s**: %s.\n", s.name, s.what)
@@ -439,6 +454,9 @@ var (
 	colRedis   = color.RGBA{200, 60, 50, 255}
 	colEtcd    = color.RGBA{60, 150, 80, 255}
 	colPg      = color.RGBA{130, 80, 160, 255}
+	// The clusters of three.
+	colLCCluster = color.RGBA{230, 130, 20, 255}
+	colEtcdClu   = color.RGBA{25, 95, 45, 255}
 )
 
 func colourOf(name string) color.Color {
@@ -453,6 +471,10 @@ func colourOf(name string) color.Color {
 		return colSession
 	case strings.HasPrefix(name, "lc-v1"):
 		return colV1
+	case name == "lc-cluster":
+		return colLCCluster
+	case name == "etcd-cluster":
+		return colEtcdClu
 	case name == "redis":
 		return colRedis
 	case name == "etcd":
@@ -603,7 +625,46 @@ func (r *report) chart(path string) error {
 		{"D: 64 lockers, durable (in-memory sessions for reference)", "acquisitions/s", d, false},
 		{fmt.Sprintf("M: %d lockers on one connection vs B's %d", nB, nB), "cycles/s", m, false},
 	}
-	plots := [][]*plot.Plot{make([]*plot.Plot, 3), make([]*plot.Plot, 3)}
+	rows := 2
+	if len(r.failovers) > 0 {
+		var kp, km, ho []bar
+		for _, s := range r.systems {
+			f, ok := r.failovers[s.name]
+			if !ok {
+				continue
+			}
+			fig := f.figures()
+			col := colourOf(s.name)
+			if fig.Kills > 0 {
+				kp = append(kp, bar{s.name + " p50", fig.KillP50ms, col})
+				km = append(km, bar{s.name + " max", fig.KillMaxms, col})
+			}
+			if fig.Handovers > 0 {
+				ho = append(ho, bar{s.name + " p50", fig.HandoverP50ms, col}, bar{s.name + " max", fig.HandoverMaxms, col})
+			}
+		}
+		specs = append(specs,
+			struct {
+				title, unit string
+				bars        []bar
+				cut         bool
+			}{"F: kill -9 of the leader → first grant, p50 (3 nodes)", "ms", kp, false},
+			struct {
+				title, unit string
+				bars        []bar
+				cut         bool
+			}{"F: kill -9 of the leader → first grant, max", "ms", km, false},
+			struct {
+				title, unit string
+				bars        []bar
+				cut         bool
+			}{"F: planned hand-over, longest gap between grants", "ms", ho, false})
+		rows = 3
+	}
+	plots := make([][]*plot.Plot, rows)
+	for i := range plots {
+		plots[i] = make([]*plot.Plot, 3)
+	}
 	for i, s := range specs {
 		p, err := panel(s.title, s.unit, s.bars, s.cut)
 		if err != nil {
@@ -611,9 +672,9 @@ func (r *report) chart(path string) error {
 		}
 		plots[i/3][i%3] = p
 	}
-	img := vgimg.NewWith(vgimg.UseWH(vg.Points(1500), vg.Points(760)), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
+	img := vgimg.NewWith(vgimg.UseWH(vg.Points(1500), vg.Points(380*float64(rows))), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 3, PadX: vg.Points(24), PadY: vg.Points(24), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
+	tiles := draw.Tiles{Rows: rows, Cols: 3, PadX: vg.Points(24), PadY: vg.Points(24), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
 	canvases := plot.Align(plots, tiles, dc)
 	for j := range plots {
 		for i := range plots[j] {
@@ -632,4 +693,134 @@ func (r *report) chart(path string) error {
 		return fmt.Errorf("chart: close %s: %w", path, err)
 	}
 	return nil
+}
+
+// failoverFigures summarise one cluster's workload F.
+type failoverFigures struct {
+	Kills         int     `json:"kills"`
+	KillP50ms     float64 `json:"kill_to_first_grant_p50_ms,omitempty"`
+	KillMaxms     float64 `json:"kill_to_first_grant_max_ms,omitempty"`
+	Handovers     int     `json:"handovers"`
+	HandoverP50ms float64 `json:"handover_longest_gap_p50_ms,omitempty"`
+	HandoverMaxms float64 `json:"handover_longest_gap_max_ms,omitempty"`
+}
+
+func (f failoverResult) figures() failoverFigures {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	fig := failoverFigures{Kills: len(f.Kills), Handovers: len(f.Handovers)}
+	if len(f.Kills) > 0 {
+		k := slices.Clone(f.Kills)
+		fig.KillP50ms, fig.KillMaxms = ms(percentile(k, 50)), ms(slices.Max(k))
+	}
+	if len(f.Handovers) > 0 {
+		h := slices.Clone(f.Handovers)
+		fig.HandoverP50ms, fig.HandoverMaxms = ms(percentile(h, 50)), ms(slices.Max(h))
+	}
+	return fig
+}
+
+// clusterSection writes the clusters' table, beside the single servers'
+// figures, and their targets.
+func (r *report) clusterSection(p func(string, ...any)) {
+	if !r.has("lc-cluster") && !r.has("etcd-cluster") {
+		return
+	}
+	p("\n## Clusters of three\n\n")
+	p("`lc-cluster` is three Locking-Center nodes (SPEC §8: hashicorp/raft, `RAFT_DIR` on disk, the default `RAFT_HEARTBEAT_TIMEOUT` of 500 ms), ")
+	p("its clients' sessions spread over the three lock ports as a load balancer would spread them (a follower forwards each connection to the leader); ")
+	p("`etcd-cluster` is three etcd members (its defaults: 100 ms heartbeat, 1 s election), `concurrency.Mutex` through clientv3 with the three endpoints. ")
+	p("All six processes run on this one machine, on loopback: a commit is a round trip between processes and an fsync on each of two of them, sharing the same cores and disk. ")
+	p("The single servers are beside them for what the replication costs.\n\n")
+	p("F: the leader is killed with SIGKILL %d times; from the kill, a v1 TryLock (etcd: a Mutex Lock on a session made before the kill) of a fresh key is sent every 20 ms through each of the two other nodes, the attempts overlapping, ", r.cfg.failovers)
+	p("and the time to the first grant is taken; the killed node is started again on its data, and the next kill waits until the three agree on a ready leader. ")
+	p("Hand-over: four lockers grant and release fresh keys through the two followers while leadership is handed to another node the planned way ")
+	p("(Locking-Center: `POST /api/v1/cluster/transfer` to the leader, SPEC §8.7; etcd: `MoveLeader`); ")
+	p("the figure is the longest gap between two grants from %v before the request to %v after its answer.\n\n", handoverWindow, handoverWindow)
+	p("| system | A p50 µs | B cycles/s | D 1 | D 16 | D 64 | M cycles/s | kill -9 → first grant p50 | max | kills | hand-over gap p50 | max |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, name := range []string{"lc-cluster", "etcd-cluster", "lc-session-wal", "lc-session", "etcd"} {
+		if !r.has(name) {
+			continue
+		}
+		a := r.missing(wA, 1, name)
+		if s, ok := r.get(wA, 1, name); ok {
+			a = fmt.Sprintf("%.0f", s.P50Micros)
+		}
+		label := name
+		if !strings.HasSuffix(name, "-cluster") {
+			label = name + " (one server)"
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |", label, a, r.rateCell(wB, nB, name), r.rateCell(wD, 1, name), r.rateCell(wD, 16, name), r.rateCell(wD, 64, name), r.rateCell(wM, nB, name))
+		f, ok := r.failovers[name]
+		if !ok {
+			p(" – | – | – | – | – |\n")
+			continue
+		}
+		fig := f.figures()
+		kp, km, hp, hm := "–", "–", "–", "–"
+		if fig.Kills > 0 {
+			kp, km = fmt.Sprintf("%.0f ms", fig.KillP50ms), fmt.Sprintf("%.0f ms", fig.KillMaxms)
+		}
+		if fig.Handovers > 0 {
+			hp, hm = fmt.Sprintf("%.0f ms", fig.HandoverP50ms), fmt.Sprintf("%.0f ms", fig.HandoverMaxms)
+		} else if f.HandoverErr != "" {
+			hp = "not measured"
+		}
+		p(" %s | %s | %d | %s | %s |\n", kp, km, fig.Kills, hp, hm)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.failovers)) {
+		f := r.failovers[name]
+		if f.HandoverErr != "" {
+			p("\n%s: the hand-over was not measured: %s.\n", name, f.HandoverErr)
+		}
+		for _, e := range f.KillErrors {
+			p("\n%s: a kill failed: %s.\n", name, e)
+		}
+	}
+
+	p("\n| target | measured | |\n| --- | --- | --- |\n")
+	verdict := func(ok, met bool) string {
+		switch {
+		case !ok:
+			return "not measured"
+		case met:
+			return "met"
+		}
+		return "missed"
+	}
+	lf, okL := r.failovers["lc-cluster"]
+	ef, okE := r.failovers["etcd-cluster"]
+	lfig, efig := lf.figures(), ef.figures()
+	okKill := okL && okE && lfig.Kills > 0 && efig.Kills > 0
+	p("| kill -9 of the leader → first grant, p50: Locking-Center no slower than etcd | %.0f ms against %.0f ms | %s |\n",
+		lfig.KillP50ms, efig.KillP50ms, verdict(okKill, lfig.KillP50ms <= efig.KillP50ms))
+	p("| kill -9 of the leader → first grant, max ≤ 3 s | %.0f ms (%d kills) | %s |\n",
+		lfig.KillMaxms, lfig.Kills, verdict(okL && lfig.Kills > 0, lfig.KillMaxms <= 3000))
+	if okL && lfig.Handovers == 0 && lf.HandoverErr != "" {
+		p("| planned hand-over: no gap between grants over 100 ms | not measured: %s | pending |\n", lf.HandoverErr)
+	} else {
+		p("| planned hand-over: no gap between grants over 100 ms | longest %.0f ms (%d hand-overs; etcd's MoveLeader: %.0f ms) | %s |\n",
+			lfig.HandoverMaxms, lfig.Handovers, efig.HandoverMaxms, verdict(okL && lfig.Handovers > 0, lfig.HandoverMaxms <= 100))
+	}
+	ratio := func(what, target string, w string, n int, lower bool, want float64) {
+		l, okl := r.get(w, n, "lc-cluster")
+		e, oke := r.get(w, n, "etcd-cluster")
+		if !okl || !oke {
+			p("| %s %s | not measured | not measured |\n", what, target)
+			return
+		}
+		a, b := l.Rate, e.Rate
+		if lower {
+			a, b = l.P50Micros, e.P50Micros
+		}
+		x := a / b
+		met := x >= want
+		if lower {
+			met = x <= want
+		}
+		p("| %s %s | %s× | %s |\n", what, target, sig3(x), verdict(true, met))
+	}
+	ratio("B cycles/s, lc-cluster ÷ etcd-cluster", "≥ 5×", wB, nB, false, 5)
+	ratio("D 64 lockers, lc-cluster ÷ etcd-cluster", "≥ 5×", wD, 64, false, 5)
+	ratio("A p50, lc-cluster ÷ etcd-cluster", "≤ 0.5×", wA, 1, true, 0.5)
 }

@@ -37,6 +37,7 @@ type system struct {
 	floor   bool   // a floor: "Lock" and "Unlock" are one bare exchange each
 	durable bool   // its grants survive a crash of the server
 	shared  bool   // many lockers can share one client: workload M applies
+	cluster bool   // three nodes: workload F applies, C does not
 	connect func(ctx context.Context, id int) (client, error)
 }
 
@@ -45,6 +46,7 @@ var systemNames = []string{
 	"floor-connect", "floor-persistent", "floor-session",
 	"lc-v1", "lc-session", "lc-v1-tls", "lc-session-tls", "lc-v1-wal", "lc-session-wal",
 	"redis", "etcd", "postgres",
+	"lc-cluster", "etcd-cluster",
 }
 
 // servers are the processes started for one run of the benchmark.
@@ -52,8 +54,11 @@ type servers struct {
 	tmp      string
 	procs    []*proc // in start order; stopped in reverse
 	systems  map[string]*system
-	versions map[string]string // program → version line
-	skipped  map[string]string // system → why it is not measured
+	clusters map[string]*cluster // the systems of three nodes, by name
+	closers  []func() error      // clients of the clusters' own calls, closed before the servers stop
+	lcBin    string              // Locking-Center built for this run, once
+	versions map[string]string   // program → version line
+	skipped  map[string]string   // system → why it is not measured
 }
 
 // startServers starts what the chosen systems need, each on free loopback
@@ -61,6 +66,7 @@ type servers struct {
 // and the caller still stops it.
 func startServers(ctx context.Context, s *servers, repo string, chosen map[string]bool, redisRetry time.Duration) error {
 	s.systems = make(map[string]*system)
+	s.clusters = make(map[string]*cluster)
 	s.versions = make(map[string]string)
 	s.skipped = make(map[string]string)
 	want := func(names ...string) bool {
@@ -97,12 +103,40 @@ func startServers(ctx context.Context, s *servers, repo string, chosen map[strin
 			return err
 		}
 	}
+	if want("lc-cluster") {
+		bin, err := s.buildLC(ctx, repo)
+		if err != nil {
+			return err
+		}
+		c, err := s.startLCCluster(ctx, bin)
+		if err != nil {
+			return err
+		}
+		s.clusters[c.name] = c
+	}
+	if want("etcd-cluster") {
+		bin, err := exec.LookPath("etcd")
+		if err != nil {
+			return fmt.Errorf("etcd not found (run install.sh): %w", err)
+		}
+		s.versions["etcd"] = versionOf(bin, "--version")
+		c, err := s.startEtcdCluster(ctx, bin)
+		if err != nil {
+			return err
+		}
+		s.clusters[c.name] = c
+	}
 	return nil
 }
 
 // stopAll stops every process, last started first, by PID.
 func (s *servers) stopAll() error {
 	var errs []error
+	for _, c := range s.closers {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		if err := s.procs[i].stop(); err != nil {
 			errs = append(errs, err)
@@ -182,13 +216,10 @@ type lcMode struct {
 // startLC builds Locking-Center and starts one process per chosen mode: in
 // memory (mem), with DATA_PATH (wal), in memory over TLS (withTLS).
 func (s *servers) startLC(ctx context.Context, repo string, mem, wal, withTLS bool) error {
-	bin := filepath.Join(s.tmp, "locking-center")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build Locking-Center in %s: %w\n%s", repo, err, out)
+	bin, err := s.buildLC(ctx, repo)
+	if err != nil {
+		return err
 	}
-	s.versions["locking-center"] = versionOf(bin, "version") + " (built from this repository with go build .)"
 	var modes []lcMode
 	if mem {
 		modes = append(modes, lcMode{where: "in memory"})
@@ -207,6 +238,23 @@ func (s *servers) startLC(ctx context.Context, repo string, mem, wal, withTLS bo
 		}
 	}
 	return nil
+}
+
+// buildLC builds Locking-Center from repo into the temporary folder, once
+// per run, and returns the binary.
+func (s *servers) buildLC(ctx context.Context, repo string) (string, error) {
+	if s.lcBin != "" {
+		return s.lcBin, nil
+	}
+	bin := filepath.Join(s.tmp, "locking-center")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build Locking-Center in %s: %w\n%s", repo, err, out)
+	}
+	s.versions["locking-center"] = versionOf(bin, "version") + " (built from this repository with go build .)"
+	s.lcBin = bin
+	return bin, nil
 }
 
 func (s *servers) startLCMode(ctx context.Context, bin string, m lcMode) error {

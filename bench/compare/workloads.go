@@ -21,6 +21,7 @@ const (
 	wC = "C"   // 16 clients on one key, holding it ~100 µs each time
 	wD = "D"   // durable systems, 1/16/64 lockers on their own keys
 	wM = "M"   // B's 32 clients as goroutines sharing one connection
+	wF = "F"   // clusters: kill -9 of the leader → first grant; planned hand-over
 	nB = 32    // clients of B and M
 	nC = 16    // clients of C
 	kC = "hot" // C's one key (with the run's prefix)

@@ -13,6 +13,11 @@
 // in one write, reads one byte and closes; it half-closes only to give up,
 // because the server takes EOF as a hang-up.
 
+import dns from 'node:dns/promises';
+import net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import tls from 'node:tls';
+
 export const DEFAULT_PORT = 22119;
 export const MAX_FIELD_BYTES = 127;
 
@@ -167,3 +172,167 @@ export function expect(answer, allowed) {
 
 export const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
 
+
+// ------------------------------------------------------------ connecting
+//
+// A client is given one address or several (a cluster's nodes, or a DNS name
+// with a record per node). Each connection attempt resolves every name, puts
+// the endpoints in a random order (clients spread over the nodes, and none
+// waits on a dead one first every time) and tries them one after another,
+// each within its own timeout, until one connects (and completes the TLS
+// handshake). Any node of a cluster will do: a follower forwards to the
+// leader.
+
+/**
+ * Splits one address, a comma-separated list ('a:22119,b:22119'), or an
+ * array of addresses ('host:port' strings or { host, port } objects).
+ */
+export function parseAddresses(address) {
+  let parts;
+  if (typeof address === 'string') parts = address.split(',').map((p) => p.trim()).filter((p) => p !== '');
+  else if (Array.isArray(address)) parts = address;
+  else if (address && typeof address === 'object' && 'host' in address) parts = [address];
+  else throw new InvalidRequestError("address must be a 'host:port' string, a comma-separated list or an array of them");
+  if (parts.length === 0) throw new InvalidRequestError('no address given');
+  return parts.map((p) => {
+    if (typeof p === 'string') return parseAddress(p);
+    if (p && typeof p === 'object' && typeof p.host === 'string') {
+      const port = Number(p.port ?? DEFAULT_PORT);
+      if (!Number.isInteger(port) || port < 1 || port > 65535) throw new InvalidRequestError(`address ${p.host}: bad port`);
+      return { host: p.host || 'localhost', port };
+    }
+    throw new InvalidRequestError(`bad address ${String(p)}`);
+  });
+}
+
+function hostPort(host, port) {
+  return `${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
+/** The addresses as 'host:port[,host:port…]', for messages. */
+export function describeAddresses(targets) {
+  return targets.map((t) => hostPort(t.host, t.port)).join(',');
+}
+
+/**
+ * Every endpoint of every address, in a random order: { ip, family, port,
+ * name (the host as given: the TLS server name), where (for messages) }. A
+ * name that does not resolve adds its error to `errors`.
+ */
+export async function resolveEndpoints(targets, errors) {
+  const out = [];
+  for (const { host, port } of targets) {
+    let records;
+    if (net.isIP(host)) records = [{ address: host, family: net.isIP(host) }];
+    else {
+      try {
+        records = await dns.lookup(host, { all: true });
+      } catch (err) {
+        errors.push(`${hostPort(host, port)}: ${err.message}`);
+        continue;
+      }
+    }
+    const seen = new Set();
+    for (const r of records) {
+      if (seen.has(r.address)) continue;
+      seen.add(r.address);
+      const where = hostPort(host, port) + (r.address === host ? '' : ` (${r.address})`);
+      out.push({ ip: r.address, family: r.family, port, name: host, where });
+    }
+  }
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
+
+/**
+ * Connects to one endpoint within `timeout` ms: a TCP socket, or a TLS one
+ * when `tlsOptions` (tls.connect options: ca, cert, key, servername, …) is
+ * given, resolved once the handshake has verified the server. Rejects with
+ * the socket's error (a certificate refused included), or a timeout.
+ */
+export function connectEndpoint(ep, timeout, tlsOptions, signal) {
+  return new Promise((resolve, reject) => {
+    let socket;
+    if (tlsOptions) {
+      const servername = tlsOptions.servername ?? (net.isIP(ep.name) ? undefined : ep.name);
+      // host is what the certificate is checked against when no servername is given.
+      // Without a servername (an IP address), the certificate is checked
+      // against host, the IP address.
+      socket = tls.connect({ ...tlsOptions, host: ep.ip, port: ep.port, servername });
+    } else {
+      socket = net.createConnection({ host: ep.ip, port: ep.port, family: ep.family });
+    }
+    socket.setNoDelay(true);
+    const done = (err) => {
+      clearTimeout(timer);
+      socket.off('error', done);
+      socket.off(tlsOptions ? 'secureConnect' : 'connect', ok);
+      signal?.removeEventListener('abort', onAbort);
+      if (err) {
+        socket.destroy();
+        reject(err);
+      }
+    };
+    const ok = () => {
+      done(null);
+      resolve(socket);
+    };
+    const onAbort = () => done(signal.reason);
+    const timer = setTimeout(() => done(new ConnectTimeout(`${ep.where}: timed out after ${timeout} ms`)), Math.max(timeout, 0));
+    socket.once('error', done);
+    socket.once(tlsOptions ? 'secureConnect' : 'connect', ok);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** A connection attempt that ran out of time. */
+export class ConnectTimeout extends Error {}
+
+/** A deadline passed while connecting (the caller's timeout, not one attempt's). */
+export class DeadlineError extends Error {}
+
+/**
+ * Connects to the first endpoint that answers, each attempt within `timeout`
+ * ms and all before `deadline` (a performance.now() time, or null); resolves
+ * to { socket, where }. Rejects with DeadlineError when the deadline passed,
+ * signal's reason when aborted, and UnreachableError when no endpoint
+ * answered (its cause: the last attempt's error, e.g. a refused certificate).
+ */
+export async function connectAny(targets, { timeout, tlsOptions, deadline = null, signal } = {}) {
+  const errors = [];
+  let last;
+  for (const ep of await resolveEndpoints(targets, errors)) {
+    let t = timeout;
+    if (deadline !== null) {
+      t = Math.min(t, deadline - performance.now());
+      if (t <= 0) throw new DeadlineError('deadline passed while connecting');
+    }
+    try {
+      return { socket: await connectEndpoint(ep, t, tlsOptions, signal), where: ep.where };
+    } catch (err) {
+      if (signal?.aborted) throw signal.reason;
+      last = err;
+      errors.push(err instanceof ConnectTimeout ? err.message : `${ep.where}: ${err.message}`);
+    }
+  }
+  if (deadline !== null && performance.now() >= deadline) throw new DeadlineError('deadline passed while connecting');
+  throw unreachableError(targets, errors, last);
+}
+
+/** The error of a round in which no endpoint answered. */
+export function unreachableError(targets, errors, last) {
+  return new UnreachableError(`cannot connect to ${describeAddresses(targets)}: ${errors.join('; ') || 'no address'}`, {
+    cause: last,
+  });
+}
+
+/** The tls.connect options of a `tls` option: an object, true (the system's roots), or none. */
+export function tlsOptionsOf(value) {
+  if (value == null || value === false) return null;
+  if (value === true) return {};
+  if (typeof value !== 'object') throw new TypeError('tls must be tls.connect options (an object), true, or omitted');
+  return value;
+}

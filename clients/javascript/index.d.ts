@@ -119,11 +119,15 @@ export declare class LockTimeoutError extends LockingCenterError {
 export declare class ProtocolError extends LockingCenterError {
   readonly code: 'LC_PROTOCOL';
 }
-/** An unlock or reset was sent, but its answer was lost: it may or may not have taken effect. */
+/**
+ * An unlock or reset was sent but its answer was lost, or a session's tryLock
+ * got no answer within answerTimeout: it may or may not have taken effect. It
+ * is never sent again blindly.
+ */
 export declare class OutcomeUnknownError extends LockingCenterError {
   readonly code: 'LC_OUTCOME_UNKNOWN';
 }
-/** The session's connection broke before the answer; the session resumes, the call may be made again. */
+/** The session's connection broke before the answer to a Ping or a Close (a Lock or TryLock is reissued instead). */
 export declare class DisconnectedError extends LockingCenterError {
   readonly code: 'LC_DISCONNECTED';
 }
@@ -136,6 +140,29 @@ export declare class SessionClosedError extends LockingCenterError {
   readonly code: 'LC_SESSION_CLOSED';
 }
 
+/**
+ * One address or several: `'host:port'`, a comma-separated list
+ * (`'a:22119,b:22119,c:22119'`) or an array of `'host:port'` strings or
+ * `{ host, port }` objects. A name with several DNS records counts as several.
+ */
+export type Addresses = string | ReadonlyArray<string | { host: string; port?: number }>;
+
+/**
+ * TLS, for a server with TLS_CERT and TLS_KEY: the options of Node's
+ * `tls.connect` (`ca`: the CA bundle, else the system's roots; `cert` and `key`
+ * for a server with TLS_CLIENT_CA; `servername`: the name the certificate must
+ * carry, default the host of the address). `true`: TLS with the system's roots.
+ */
+export interface TlsOptions {
+  ca?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+  cert?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+  key?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+  passphrase?: string;
+  servername?: string;
+  minVersion?: 'TLSv1.2' | 'TLSv1.3';
+  [option: string]: unknown;
+}
+
 export interface WaitOptions {
   /** Gives up waiting when aborted: rejects with `signal.reason`. */
   signal?: AbortSignalLike;
@@ -146,15 +173,17 @@ export interface WaitOptions {
 // ---------------------------------------------------------------- sessions
 
 export interface SessionOptions {
-  /** `host:port` of the server; default `$LC_ADDRESS`, then `localhost:22119`. */
-  address?: string;
+  /** The server's address, or several (a cluster's nodes); default `$LC_ADDRESS`, then `localhost:22119`. */
+  address?: Addresses;
+  /** TLS (tls.connect options, or true for the system's roots); omitted: plain TCP. */
+  tls?: TlsOptions | boolean;
   /** TTL in milliseconds (clamped by the server to 1000 … 600000); default the server's SESSION_TTL. */
   ttl?: number;
   /** Who is asking, 0..127 bytes; empty lets the server use your IP address. */
   source?: Text;
   /** The server's AUTH_TOKEN, when it has one. */
   authToken?: Text;
-  /** Milliseconds allowed to connect and open (or resume) (default 5000). */
+  /** Milliseconds allowed for each attempt to connect and open (or resume) on one address (default 5000). */
   connectTimeout?: number;
   /** Milliseconds a request other than Lock waits for its answer (default 30000; null: as long as the session lives). */
   answerTimeout?: number | null;
@@ -179,7 +208,7 @@ export declare class Grant implements AsyncDisposable {
 export declare class Session implements AsyncDisposable {
   private constructor();
   /** Opens a session; rejects with UnreachableError or RefusedError. */
-  static open(options?: SessionOptions | string): Promise<Session>;
+  static open(options?: SessionOptions | Addresses): Promise<Session>;
   /** Milliseconds allowed to connect and open (or resume). */
   connectTimeout: number;
   /** Milliseconds a request other than Lock waits for its answer. */
@@ -188,6 +217,8 @@ export declare class Session implements AsyncDisposable {
   readonly id: bigint;
   /** The TTL the server granted, in milliseconds. */
   readonly ttl: number;
+  /** The address the session is (or was last) connected to. */
+  readonly address: string;
   readonly source: Text;
   /** null while the session lives; else why it ended. */
   readonly error: SessionLostError | SessionClosedError | null;
@@ -221,16 +252,18 @@ export declare class Session implements AsyncDisposable {
 }
 
 /** Opens a session (the same as Session.open). */
-export declare function openSession(options?: SessionOptions | string): Promise<Session>;
+export declare function openSession(options?: SessionOptions | Addresses): Promise<Session>;
 
 // --------------------------------------------------------------------- v1
 
 export interface ClientOptions {
-  /** `host:port` of the server; default `$LC_ADDRESS`, then `localhost:22119`. */
-  address?: string;
+  /** The server's address, or several (a cluster's nodes); default `$LC_ADDRESS`, then `localhost:22119`. */
+  address?: Addresses;
+  /** TLS (tls.connect options, or true for the system's roots); omitted: plain TCP. */
+  tls?: TlsOptions | boolean;
   /** Who is asking, 0..127 bytes; empty lets the server use your IP address. */
   source?: Text;
-  /** Milliseconds allowed to open a connection (default 5000). */
+  /** Milliseconds allowed for each connection attempt (default 5000). */
   connectTimeout?: number;
   /** Milliseconds allowed for a non-waiting request's answer (default 30000; null: forever). */
   ioTimeout?: number | null;
@@ -249,7 +282,7 @@ export declare class HeldLock implements AsyncDisposable {
 /** The one-request-per-connection client: its holds outlive it (no session). */
 export declare class Client {
   /** @param options options, or just the address */
-  constructor(options?: ClientOptions | string);
+  constructor(options?: ClientOptions | Addresses);
   /** Milliseconds allowed to open a connection. */
   connectTimeout: number;
   /** Milliseconds allowed for a non-waiting request's answer. */
@@ -297,3 +330,5 @@ export declare function encodeRequest(action: number, id: number, token: bigint,
 export declare function decodeAnswer(bytes: Uint8Array): { id: number; status: number; token: bigint };
 /** Splits 'host:port', '[v6]:port' or 'host' (port 22119). */
 export declare function parseAddress(address: string): { host: string; port: number };
+/** Splits one address, a comma-separated list, or an array of addresses. */
+export declare function parseAddresses(address: Addresses): Array<{ host: string; port: number }>;

@@ -6,12 +6,13 @@
 // frame in one write, reads one byte and closes; it half-closes only to give
 // up, because the server takes EOF as a hang-up.
 
-import net from 'node:net';
+import { performance } from 'node:perf_hooks';
 
 import {
   Action,
   Answer,
   DEFAULT_PORT,
+  DeadlineError,
   HANG_UP_GRACE_MS,
   LockTimeoutError,
   NotWonError,
@@ -19,11 +20,14 @@ import {
   ResetWhileWaitingError,
   UnreachableError,
   asyncDispose,
+  connectAny,
   describe,
+  describeAddresses,
   encodeField,
   encodeFrame,
   expect,
-  parseAddress,
+  parseAddresses,
+  tlsOptionsOf,
 } from './core.js';
 
 export {
@@ -41,6 +45,7 @@ export {
   ProtocolError,
   encodeFrame,
   parseAddress,
+  parseAddresses,
 } from './core.js';
 export {
   DEFAULT_ANSWER_TIMEOUT,
@@ -90,32 +95,35 @@ export class HeldLock {
 
 /**
  * Locking-Center client. Holds no connection between calls: every request
- * opens its own TCP connection.
+ * opens its own TCP (or TLS) connection, to the first of its addresses that
+ * answers, tried in a random order. A request is never sent twice.
  */
 export class Client {
-  #host;
-  #port;
+  #targets;
+  #tls;
   #source;
 
   /**
-   * @param {string | {address?: string, source?: string | Uint8Array,
-   *   connectTimeout?: number, ioTimeout?: number | null}} [options]
+   * @param {string | {address?: string | Array<string | {host: string, port?: number}>,
+   *   source?: string | Uint8Array, connectTimeout?: number, ioTimeout?: number | null,
+   *   tls?: import('node:tls').ConnectionOptions | boolean}} [options]
    */
   constructor(options = {}) {
-    const opts = typeof options === 'string' ? { address: options } : options;
+    const opts = typeof options === 'string' || Array.isArray(options) ? { address: options } : options;
     const address = opts.address ?? process.env.LC_ADDRESS ?? `localhost:${DEFAULT_PORT}`;
-    ({ host: this.#host, port: this.#port } = parseAddress(address));
+    this.#targets = parseAddresses(address);
+    this.#tls = tlsOptionsOf(opts.tls);
     this.#source = opts.source ?? '';
     encodeField(this.#source, 'source'); // refuse a bad source now, not at first use
-    /** Milliseconds allowed to open a connection. */
+    /** Milliseconds allowed for each connection attempt. */
     this.connectTimeout = opts.connectTimeout ?? 5000;
     /** Milliseconds allowed for a non-waiting request's answer (null: forever). */
     this.ioTimeout = opts.ioTimeout === undefined ? 30000 : opts.ioTimeout;
   }
 
+  /** The addresses, comma-separated. */
   get address() {
-    const host = this.#host.includes(':') ? `[${this.#host}]` : this.#host;
-    return `${host}:${this.#port}`;
+    return describeAddresses(this.#targets);
   }
 
   get source() {
@@ -192,23 +200,48 @@ export class Client {
     }
   }
 
-  #request(frame, { waiting = false, timeout, signal } = {}) {
+  async #request(frame, { waiting = false, timeout, signal } = {}) {
     const limit = waiting ? timeout : this.ioTimeout;
-    const address = this.address;
+    if (signal?.aborted) throw signal.reason;
+    const deadline = limit == null ? null : performance.now() + limit;
+    const expired = () =>
+      waiting
+        ? new LockTimeoutError(`not granted within ${limit} ms`)
+        : new UnreachableError(`no answer from ${this.address} within ${limit} ms`);
+    let socket, address;
+    try {
+      ({ socket, where: address } = await connectAny(this.#targets, {
+        timeout: this.connectTimeout,
+        tlsOptions: this.#tls,
+        deadline,
+        signal,
+      }));
+    } catch (err) {
+      if (err instanceof DeadlineError) throw expired();
+      throw err;
+    }
+    return this.#exchange(socket, address, frame, {
+      waiting,
+      limit: deadline === null ? null : Math.max(deadline - performance.now(), 0),
+      signal,
+      expired,
+    });
+  }
+
+  // Writes the frame on a connected socket and reads its one-byte answer.
+  #exchange(socket, address, frame, { waiting, limit, signal, expired }) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
+        socket.destroy();
         reject(signal.reason);
         return;
       }
       let settled = false;
-      let connected = false;
       let givenUp = null; // { error, own } once the caller gave up after the frame went out
       let graceTimer;
-      const socket = net.createConnection({ host: this.#host, port: this.#port, noDelay: true });
 
       const settle = () => {
         settled = true;
-        clearTimeout(connectTimer);
         clearTimeout(answerTimer);
         clearTimeout(graceTimer);
         signal?.removeEventListener('abort', onAbort);
@@ -220,14 +253,14 @@ export class Client {
         reject(givenUp ? givenUp.error : err);
       };
       // Giving up hangs up: the server reads EOF and withdraws the waiter. Once
-      // a Lock or TryLock frame went out, only the write side is closed, so a
-      // '+' sent just before the server noticed is still read (and given back
-      // on 'data'), for at most HANG_UP_GRACE_MS.
+      // a Lock or TryLock frame went out, only the write side is closed (over
+      // TLS: close_notify), so a '+' sent just before the server noticed is
+      // still read (and given back on 'data'), for at most HANG_UP_GRACE_MS.
       // own: err is this request's own error (a timeout), not the caller's
       // abort reason, so a failed give-back may be chained to it as its cause.
       const giveUp = (err, own) => {
         if (settled || givenUp) return;
-        if (!connected || (frame[0] !== Action.LOCK && frame[0] !== Action.TRY_LOCK)) {
+        if (frame[0] !== Action.LOCK && frame[0] !== Action.TRY_LOCK) {
           fail(err);
           return;
         }
@@ -235,32 +268,12 @@ export class Client {
         socket.end();
         graceTimer = setTimeout(fail, HANG_UP_GRACE_MS);
       };
-      const connectTimer = setTimeout(
-        () => fail(new UnreachableError(`connecting to ${address} timed out after ${this.connectTimeout} ms`)),
-        this.connectTimeout,
-      );
-      const answerTimer =
-        limit == null
-          ? undefined
-          : setTimeout(
-              () =>
-                giveUp(
-                  waiting
-                    ? new LockTimeoutError(`not granted within ${limit} ms`)
-                    : new UnreachableError(`no answer from ${address} within ${limit} ms`),
-                  true,
-                ),
-              limit,
-            );
+      const answerTimer = limit == null ? undefined : setTimeout(() => giveUp(expired(), true), limit);
 
       const onAbort = () => giveUp(signal.reason, false);
       signal?.addEventListener('abort', onAbort, { once: true });
 
-      socket.once('connect', () => {
-        connected = true;
-        clearTimeout(connectTimer);
-        socket.write(frame);
-      });
+      socket.write(frame);
       socket.on('data', (chunk) => {
         if (settled) return;
         settle();
@@ -277,14 +290,7 @@ export class Client {
         }
       });
       socket.on('error', (err) => {
-        fail(
-          new UnreachableError(
-            connected
-              ? `connection to ${address} broke: ${err.message}`
-              : `cannot connect to ${address}: ${err.message}`,
-            { cause: err },
-          ),
-        );
+        fail(new UnreachableError(`connection to ${address} broke: ${err.message}`, { cause: err }));
       });
       // 'close' follows 'end' too (no half-open sockets): one handler covers both.
       socket.once('close', () => fail(new UnreachableError(`${address} closed the connection without an answer`)));

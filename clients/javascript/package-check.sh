@@ -10,7 +10,9 @@
 #   under lib ES2022 alone (no DOM), and again with @types/node added;
 # - with LC_TEST_ADDRESS set, compiles that example to ES2022 and runs it, and
 #   runs every JavaScript example of the README verbatim (LC_ADDRESS set to
-#   the test server).
+#   the test server, LC_CLUSTER to $LC_TEST_CLUSTER, and LC_TLS_ADDRESS,
+#   LC_CA, LC_CLIENT_CERT, LC_CLIENT_KEY to the fixture's mutual-TLS server
+#   and certificates).
 #
 # Exit 0 when all of it passed. Called by test.sh.
 set -uo pipefail
@@ -82,7 +84,18 @@ echo "tsc --strict passed: tsc --init config, minimal ES2022 config, lib ES2022 
 
 if [ -n "${LC_TEST_ADDRESS:-}" ]; then
   export LC_ADDRESS=$LC_TEST_ADDRESS
+  # The cluster example against the cluster (one server will do without it),
+  # the TLS one against the mutual-TLS server with the fixture's certificates.
+  export LC_CLUSTER=${LC_TEST_CLUSTER:-$LC_TEST_ADDRESS}
+  tls_dir=${LC_TEST_TLS_DIR:-}
+  export LC_TLS_ADDRESS=${LC_TEST_MTLS_ADDRESS:-} LC_CA=${tls_dir:+$tls_dir/ca.pem}
+  export LC_CLIENT_CERT=${tls_dir:+$tls_dir/client.pem} LC_CLIENT_KEY=${tls_dir:+$tls_dir/client-key.pem}
   for f in out/example*.js example*.js example*.cjs; do
+    if grep -q LC_TLS_ADDRESS "$f" && { [ -z "$LC_TLS_ADDRESS" ] || [ -z "$LC_CA" ]; }; then
+      [ "${CI:-}" = true ] && fail "README example $f needs LC_TEST_MTLS_ADDRESS and LC_TEST_TLS_DIR (CI=true)"
+      echo "README example $f NOT RUN: LC_TEST_MTLS_ADDRESS / LC_TEST_TLS_DIR not set"
+      continue
+    fi
     msg=$(timeout 60 node "$f" 2>&1) || fail "README example $f: $msg"
     echo "README example $f ran: $(tail -n 1 <<<"$msg")"
   done

@@ -28,17 +28,31 @@
 // 'data' handler matches each answer to its call by id. A call given up (an
 // AbortSignal, a timeout) after its Lock was sent sends Cancel and keeps the
 // id pending; a grant that crossed the Cancel is unlocked again by its token,
-// so a rejected lock() always means nothing is held. When the connection
-// drops, the calls waiting on it reject with DisconnectedError (an unlock or
-// reset with OutcomeUnknownError) and the session resumes with a growing,
-// jittered back-off while its TTL allows; after the resume, every Lock or
-// TryLock that was pending on the lost connection is settled by an Unlock of
-// its key (token 0) unless the program holds the key through this session,
-// before any new request. When the resume is refused, or the TTL passes
-// without one, the session is lost: `signal` aborts and `done` resolves with
-// a SessionLostError, and every pending and later call rejects with it.
+// so a rejected lock() always means nothing is held.
+//
+// A session is given one address or several (a cluster's nodes, a DNS name
+// with a record per node) and connects to any that answers, tried in a
+// random order: every node of a cluster forwards to the leader. When the
+// connection drops (the node died, or stopped leading and closed its
+// clients' connections), the session resumes on any node, in rounds with a
+// growing, jittered back-off, while its TTL allows. Every Lock and TryLock
+// that was pending on the lost connection is sent again after the resume
+// with its old id, before anything else, in the order they were first sent:
+// the server answers a grant it made for that request at once with its token
+// (Reissue, docs/protocol.md), so a grant whose answer was lost is returned,
+// not waited for; otherwise the request is carried out anew and its caller
+// goes on waiting. The id of a grant the program holds is never given to
+// another request. An unlock or reset whose answer was lost rejects with
+// OutcomeUnknownError and is never sent again (a lost unlock is settled after
+// the resume by an Unlock naming its token); a Ping or Close with
+// DisconnectedError. A Lock or TryLock whose caller gave up may have been
+// granted: after the resume it is unlocked again, so no key is left held by
+// nobody. The holds are certain until the send time of the last answered
+// request plus the TTL: when that passes without a resume, or the server
+// refuses the resume, the session is lost: `signal` aborts and `done`
+// resolves with a SessionLostError, and every pending and later call rejects
+// with it.
 
-import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 
 import {
@@ -52,8 +66,14 @@ import {
   ResetWhileWaitingError,
   UnreachableError,
   InvalidRequestError,
+  ConnectTimeout,
+  connectEndpoint,
+  describeAddresses,
   encodeField,
-  parseAddress,
+  parseAddresses,
+  resolveEndpoints,
+  tlsOptionsOf,
+  unreachableError,
   describe,
   asyncDispose,
 } from './core.js';
@@ -94,12 +114,19 @@ export class NotHeldError extends RefusedError {
   code = 'LC_NOT_HELD';
 }
 
-/** An unlock or reset was sent, but its answer was lost: it may or may not have taken effect. */
+/**
+ * An unlock or reset was sent, but its answer was lost (or a tryLock got no
+ * answer within answerTimeout): it may or may not have taken effect. It is
+ * never sent again blindly.
+ */
 export class OutcomeUnknownError extends LockingCenterError {
   code = 'LC_OUTCOME_UNKNOWN';
 }
 
-/** The session's connection broke before the answer; the session resumes, the call may be made again. */
+/**
+ * The session's connection broke before the answer to a Ping or a Close (a
+ * Lock or TryLock is reissued instead); the session resumes.
+ */
 export class DisconnectedError extends LockingCenterError {
   code = 'LC_DISCONNECTED';
 }
@@ -250,6 +277,9 @@ class Call {
     this.id = 0;
     this.sent = false;
     this.sentAt = 0;
+    // A Lock or TryLock sent on a connection lost before its answer: it is
+    // sent again after the resume with the same id (Reissue).
+    this.reissue = false;
     this.dropped = false; // given up before it was sent: skipped
     this.gaveUp = false; // the caller stopped waiting after it was sent
     this.finished = false; // the caller has its outcome (or gave up)
@@ -274,8 +304,9 @@ export function openSession(options) {
  * `await using`.
  */
 export class Session {
-  #host;
-  #port;
+  #targets;
+  #tls;
+  #where = '';
   #source;
   #auth;
   #ttlMs;
@@ -288,8 +319,15 @@ export class Session {
   // The calls written on the current connection awaiting their answer, by id.
   #pending = new Map();
   #nextId = 0;
-  // Every grant the program holds through this session: key bytes (latin1) to token.
+  // Every grant the program holds through this session: key bytes (latin1)
+  // to token, and to the id of the request that made it.
   #held = new Map();
+  #heldId = new Map();
+  // The ids no new request may take: those of the grants the program holds
+  // and of the Locks and TryLocks waiting to be reissued. Reissue finds a
+  // grant by its request's id, so an id reused while its grant is held would
+  // find the wrong request's.
+  #reserved = new Set();
   // Grants the session may hold that nobody owns: { key, keyId, token }.
   #strays = [];
   // When the latest answered request was sent (performance.now()): the
@@ -313,15 +351,16 @@ export class Session {
   /** @internal use Session.open() or openSession(). */
   constructor(options, opened) {
     if (opened !== OPENING) throw new TypeError('use Session.open() or openSession() to open a session');
-    const opts = typeof options === 'string' ? { address: options } : (options ?? {});
+    const opts = typeof options === 'string' || Array.isArray(options) ? { address: options } : (options ?? {});
     const address = opts.address ?? process.env.LC_ADDRESS ?? `localhost:${DEFAULT_PORT}`;
-    ({ host: this.#host, port: this.#port } = parseAddress(address));
+    this.#targets = parseAddresses(address);
+    this.#tls = tlsOptionsOf(opts.tls);
     this.#source = opts.source ?? '';
     this.#auth = opts.authToken ?? '';
     if (opts.ttl != null && !(opts.ttl >= 0)) throw new InvalidRequestError('ttl must be a positive number of milliseconds');
     this.#ttlMs = opts.ttl == null ? 0 : Math.min(Math.max(Math.round(opts.ttl), 1), MAX_ID);
     encodeOpen({ ttlMs: this.#ttlMs, source: this.#source, auth: this.#auth }); // refuse bad input now
-    /** Milliseconds allowed to connect and open (or resume). */
+    /** Milliseconds allowed for each attempt to connect and open (or resume) on one address. */
     this.connectTimeout = opts.connectTimeout ?? 5000;
     /** Milliseconds a request other than Lock waits for its answer (null: as long as the session lives). */
     this.answerTimeout = opts.answerTimeout === undefined ? DEFAULT_ANSWER_TIMEOUT : opts.answerTimeout;
@@ -356,6 +395,11 @@ export class Session {
     return this.#source;
   }
 
+  /** The address the session is (or was last) connected to. */
+  get address() {
+    return this.#where;
+  }
+
   /** null while the session lives; else why it ended (SessionLostError or SessionClosedError). */
   get error() {
     return this.#error;
@@ -375,7 +419,9 @@ export class Session {
    * Waits for the key in FIFO order behind every earlier waiter (this
    * session's own included: a key it holds is not re-entered) and holds it.
    * Rejects with ResetWhileWaitingError, LockTimeoutError (options.timeout
-   * ms), options.signal's reason, DisconnectedError, SessionLostError.
+   * ms), options.signal's reason, SessionLostError. A Lock waiting when the
+   * connection drops goes on waiting: it is reissued with its id after the
+   * resume (a grant made for it before the drop is returned at once).
    * Whenever it rejects, nothing is held.
    */
   async lock(key, options = {}) {
@@ -390,10 +436,22 @@ export class Session {
     throw this.#refusal(answer.status, new ResetWhileWaitingError(`lock ${describe(key)} was answered '-': reset while waiting`));
   }
 
-  /** Takes the key if nobody holds it now (this session included): the grant, or null. */
+  /**
+   * Takes the key if nobody holds it now (this session included): the grant,
+   * or null. One pending when the connection drops is reissued after the
+   * resume. Rejects with OutcomeUnknownError when it was sent but got no
+   * answer within answerTimeout (a grant that comes later is given back:
+   * nothing is held).
+   */
   async tryLock(key) {
     const raw = validKey(key);
-    const answer = await this.#roundTrip(new Call(A.TRY_LOCK, raw), { timeout: this.answerTimeout });
+    const answer = await this.#roundTrip(new Call(A.TRY_LOCK, raw), {
+      timeout: this.answerTimeout,
+      onTimeout: (sent) =>
+        sent
+          ? new OutcomeUnknownError(`trylock ${describe(key)}: no answer within ${this.answerTimeout} ms; a grant that comes is given back`)
+          : new UnreachableError(`trylock ${describe(key)}: not sent within ${this.answerTimeout} ms`),
+    });
     if (answer.status === Answer.OK) return new Grant(this, key, raw, answer.token);
     if (answer.status === Answer.NOT_WON) return null;
     throw this.#refusal(answer.status, new RefusedError(`trylock ${describe(key)} was refused`));
@@ -575,7 +633,7 @@ export class Session {
       if (timeout != null) {
         timer = setTimeout(() => {
           if (c.finished) return;
-          const sent = c.sent;
+          const sent = c.sent || c.reissue;
           this.#giveUp(c);
           cleanup();
           reject(onTimeout ? onTimeout(sent) : new UnreachableError(`no answer within ${timeout} ms`));
@@ -587,13 +645,15 @@ export class Session {
 
   #giveUp(c) {
     c.finished = true;
-    if (!c.sent) {
+    if (!c.sent && !c.reissue) {
       c.dropped = true; // nothing reached the server
     } else if (c.action === A.LOCK) {
       c.gaveUp = true;
-      const cancel = new Call(A.CANCEL, EMPTY, 0n, noop);
-      cancel.token = c.id;
-      this.#enqueue(cancel);
+      if (c.sent) {
+        const cancel = new Call(A.CANCEL, EMPTY, 0n, noop);
+        cancel.token = c.id;
+        this.#enqueue(cancel);
+      } // else its reissue goes out first, and its Cancel right after it (#take)
     } else {
       c.gaveUp = true; // a TryLock's '+' to come is given back on arrival
     }
@@ -626,14 +686,49 @@ export class Session {
 
   // -------------------------------------------------------- connection
 
-  #dial(resume, timeout) {
+  // Connects to any address and opens (resume 0n: a new session), each
+  // address tried in turn within `timeout` ms (and before `deadline`). An
+  // address that does not connect, or connects and closes without an answer
+  // (a node with no leader to forward to, a node that dies meanwhile), is
+  // passed over for the next; a '-' answer is the cluster's and ends it.
+  async #dial(resume, timeout, deadline = null) {
+    const errors = [];
+    let last;
+    for (const ep of await resolveEndpoints(this.#targets, errors)) {
+      const t = deadline === null ? timeout : Math.min(timeout, deadline - performance.now());
+      if (t <= 0) {
+        errors.push("the session's TTL ran out");
+        break;
+      }
+      try {
+        const got = await this.#openOn(ep, resume, t);
+        this.#where = ep.where;
+        return got;
+      } catch (err) {
+        if (!(err instanceof UnreachableError)) throw err;
+        errors.push(err.message);
+        last = err.cause ?? err;
+      }
+    }
+    throw unreachableError(this.#targets, errors, last);
+  }
+
+  // Connects to one endpoint and opens there.
+  async #openOn(ep, resume, timeout) {
     const frame = encodeOpen({ ttlMs: this.#ttlMs, resume, source: this.#source, auth: this.#auth });
-    const where = `${this.#host.includes(':') ? `[${this.#host}]` : this.#host}:${this.#port}`;
+    const where = ep.where;
+    const started = performance.now();
+    let socket;
+    try {
+      socket = await connectEndpoint(ep, timeout, this.#tls);
+    } catch (err) {
+      throw new UnreachableError(err instanceof ConnectTimeout ? err.message : `${where}: ${err.message}`, { cause: err });
+    }
+    socket.setKeepAlive(true, 15000);
+    const left = timeout - (performance.now() - started);
     return new Promise((resolve, reject) => {
       let got = Buffer.alloc(0);
-      let sentAt = 0;
       let done = false;
-      const socket = net.createConnection({ host: this.#host, port: this.#port, noDelay: true });
       const fail = (err) => {
         if (done) return;
         done = true;
@@ -642,8 +737,8 @@ export class Session {
         reject(err);
       };
       const timer = setTimeout(
-        () => fail(new UnreachableError(`opening a session on ${where}: no answer within ${timeout} ms`)),
-        timeout,
+        () => fail(new UnreachableError(`${where}: no answer to the open within ${timeout} ms`)),
+        Math.max(left, 0),
       );
       const onData = (chunk) => {
         got = Buffer.concat([got, chunk]);
@@ -668,22 +763,18 @@ export class Session {
         socket.off('close', onClose);
         resolve({ socket, answer, sentAt, rest: got.subarray(ANSWER_SIZE) });
       };
-      const onError = (err) =>
-        fail(new UnreachableError(`cannot open a session on ${where}: ${err.message}`, { cause: err }));
+      const onError = (err) => fail(new UnreachableError(`${where}: ${err.message}`, { cause: err }));
       const onClose = () =>
         fail(
           got.length === 1 && got[0] === Answer.FAIL
             ? new RefusedError(`${where} refused the session (it answered '-' and closed: no session support?)`)
-            : new UnreachableError(`opening a session on ${where}: the connection closed`),
+            : new UnreachableError(`${where}: the connection closed without an answer`),
         );
       socket.on('data', onData);
       socket.on('error', onError);
       socket.on('close', onClose);
-      socket.once('connect', () => {
-        socket.setKeepAlive(true, 15000);
-        sentAt = performance.now();
-        socket.write(frame);
-      });
+      const sentAt = performance.now();
+      socket.write(frame);
     });
   }
 
@@ -751,6 +842,8 @@ export class Session {
         this.#enqueue(this.#strayUnlock({ key: c.key, keyId: c.keyId, token }));
       } else {
         this.#held.set(c.keyId, token);
+        this.#heldId.set(c.keyId, c.id);
+        this.#reserved.add(c.id);
       }
     }
     this.#complete(c, { status, token });
@@ -809,30 +902,56 @@ export class Session {
         frames.push(frameOf(A.CANCEL, c.token, 0n, EMPTY));
         continue;
       }
-      let id = this.#nextId;
-      while (this.#pending.has(id)) id = (id + 1) >>> 0;
-      this.#nextId = (id + 1) >>> 0;
-      c.id = id;
-      this.#pending.set(id, c);
+      if (c.reissue) this.#reserved.delete(c.id);
+      if (!c.reissue || this.#pending.has(c.id)) {
+        let id = this.#nextId;
+        while (this.#pending.has(id) || this.#reserved.has(id)) id = (id + 1) >>> 0;
+        this.#nextId = (id + 1) >>> 0;
+        c.id = id;
+      }
+      this.#pending.set(c.id, c);
       if (c.action === A.UNLOCK && c.internal === null) {
         const tok = this.#held.get(c.keyId);
-        if (tok !== undefined && (c.token === 0n || c.token === tok)) this.#held.delete(c.keyId);
+        if (tok !== undefined && (c.token === 0n || c.token === tok)) this.#forgetHeld(c.keyId);
       }
-      frames.push(frameOf(c.action, id, c.token, c.key));
+      frames.push(frameOf(c.action, c.id, c.token, c.key));
+      if (c.action === A.LOCK && c.gaveUp) {
+        // A reissue whose caller gave up before it went out: withdrawn at once
+        // (a grant it finds is given back when its '+' comes).
+        frames.push(frameOf(A.CANCEL, c.id, 0n, EMPTY));
+      }
     }
     if (rest.length < this.#queue.length) this.#lastSent = now;
     this.#queue = rest;
     return frames.length ? Buffer.concat(frames) : null;
   }
 
-  // Fails the calls that waited on the lost connection. Its Locks and
-  // TryLocks may have been granted: they become strays.
+  // The program no longer holds the key: its grant's id is free again.
+  #forgetHeld(keyId) {
+    this.#held.delete(keyId);
+    this.#reserved.delete(this.#heldId.get(keyId));
+    this.#heldId.delete(keyId);
+  }
+
+  // Settles the calls that waited on the lost connection: its Locks and
+  // TryLocks are queued to be reissued with their ids, first, in the order
+  // they were sent; the others fail.
   #disconnected(cause) {
-    const why = `the session's connection broke (${cause.message})`;
+    const why = `the session's connection to ${this.#where} broke (${cause.message})`;
     const pending = this.#pending;
     this.#pending = new Map();
+    const reissue = [];
     for (const c of pending.values()) {
       if (c.action === A.LOCK || c.action === A.TRY_LOCK) {
+        if (c.internal === null && !c.gaveUp) {
+          // Sent again with its id after the resume: the server answers the
+          // grant it made for it, if it made one.
+          c.sent = false;
+          c.reissue = true;
+          this.#reserved.add(c.id);
+          reissue.push(c);
+          continue;
+        }
         this.#strays.push({ key: c.key, keyId: c.keyId, token: 0n });
         this.#complete(c, new DisconnectedError(why, { cause }));
       } else if (c.action === A.UNLOCK) {
@@ -848,23 +967,27 @@ export class Session {
       }
     }
     this.#ping = null;
-    // Queued Cancels name Locks of the lost connection, now failed; a queued
-    // Ping is of no use to the next one.
-    this.#queue = this.#queue.filter((c) => c.action !== A.CANCEL && c.action !== A.PING);
+    // Queued Cancels name Locks of the lost connection (a reissue that was
+    // given up sends its own); a queued Ping is of no use to the next one.
+    reissue.sort((a, b) => a.sentAt - b.sentAt); // stable: the send order within one write
+    this.#queue = reissue.concat(this.#queue.filter((c) => c.action !== A.CANCEL && c.action !== A.PING));
   }
 
-  // Reconnects until the server takes the session back, refuses it, or the
-  // TTL has passed.
+  // Reconnects, in rounds over every address, until a server takes the
+  // session back, refuses it, or the TTL (counted from the send time of the
+  // last answered request) has passed.
   async #resume() {
     let backoff = MIN_BACKOFF_MS;
     for (;;) {
       let left = this.#confirmed + this.#ttl - performance.now();
       if (left <= 0) {
-        throw new SessionLostError(`session ${hex(this.#id)} lost: its TTL (${this.#ttl} ms) passed without a resume`);
+        throw new SessionLostError(
+          `session ${hex(this.#id)} lost: its TTL (${this.#ttl} ms) passed without a resume (${describeAddresses(this.#targets)})`,
+        );
       }
       if (this.#error !== null) throw this.#error;
       try {
-        const got = await this.#dial(this.#id, Math.min(this.connectTimeout, left));
+        const got = await this.#dial(this.#id, this.connectTimeout, this.#confirmed + this.#ttl);
         this.#resumed(got.sentAt);
         return got;
       } catch (err) {
@@ -923,6 +1046,8 @@ export class Session {
     for (const c of queue) if (!c.dropped) this.#complete(c, err);
     this.#strays = [];
     this.#held.clear();
+    this.#heldId.clear();
+    this.#reserved.clear();
     this.#resolveDone(err);
     this.#ended.abort(err);
   }

@@ -3,7 +3,10 @@
 # `tsc --noEmit` over index.d.ts and a usage file (lib ES2022, no @types);
 # `node --test` over the shared wire vectors, the answer mapping against a
 # scripted socket and, when LC_TEST_ADDRESS / LC_TEST_WEB_ADDRESS /
-# LC_SERVER_BIN are set, v1 and sessions against real servers; then the
+# LC_SERVER_BIN are set, v1 and sessions against real servers, and with the
+# fixture's LC_TEST_CLUSTER* / LC_TEST_TLS* / LC_TEST_MTLS_ADDRESS the
+# cluster (failover, Reissue) and TLS tests, which fail under CI=true when
+# those are not set; then the
 # package the way a user gets it (package-check.sh: npm pack, install into a
 # fresh TypeScript 5.9 project, tsc --strict with no @types, the README's
 # examples run). The last line is "N passed, N failed[, N skipped]" (node's

@@ -5,10 +5,16 @@
 #    venv (pip upgraded first, as a user's would be), its metadata checked
 #    (licence, author, project URLs, version), and, when LC_TEST_ADDRESS is
 #    set, every ```python block of README.md run verbatim with that venv's
-#    Python against the server (LC_ADDRESS=$LC_TEST_ADDRESS);
+#    Python against the server (LC_ADDRESS=$LC_TEST_ADDRESS), the cluster
+#    (LC_CLUSTER=$LC_TEST_CLUSTER) and the mutual-TLS server (LC_TLS_ADDRESS,
+#    LC_CA, LC_CLIENT_CERT, LC_CLIENT_KEY from $LC_TEST_MTLS_ADDRESS and
+#    $LC_TEST_TLS_DIR);
 # 2. pytest over src/: the shared wire vectors, the answer mapping against a
 #    scripted socket and, when LC_TEST_ADDRESS / LC_TEST_WEB_ADDRESS /
-#    LC_SERVER_BIN are set, v1 and sessions against real servers.
+#    LC_SERVER_BIN are set, v1 and sessions against real servers; with the
+#    fixture's LC_TEST_CLUSTER* / LC_TEST_TLS* / LC_TEST_MTLS_ADDRESS, the
+#    cluster (failover, Reissue) and TLS tests, which fail under CI=true when
+#    those are not set.
 #
 # The last output line is pytest's summary; exit 77 when the toolchain is
 # missing.
@@ -68,7 +74,12 @@ fi
 
 if [ -n "${LC_TEST_ADDRESS:-}" ]; then
   echo "== README examples, verbatim, with the installed package"
-  if ! (cd "$work" && LC_ADDRESS="$LC_TEST_ADDRESS" "$py" - "$OLDPWD/README.md" <<'PY'); then
+  tls_dir=${LC_TEST_TLS_DIR:-}
+  if ! (cd "$work" && LC_ADDRESS="$LC_TEST_ADDRESS" LC_CLUSTER="${LC_TEST_CLUSTER:-$LC_TEST_ADDRESS}" \
+        LC_TLS_ADDRESS="${LC_TEST_MTLS_ADDRESS:-}" LC_CA="${tls_dir:+$tls_dir/ca.pem}" \
+        LC_CLIENT_CERT="${tls_dir:+$tls_dir/client.pem}" LC_CLIENT_KEY="${tls_dir:+$tls_dir/client-key.pem}" \
+        "$py" - "$OLDPWD/README.md" <<'PY'); then
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +88,11 @@ text = open(sys.argv[1], encoding="utf-8").read()
 blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 assert blocks, "no python block in README.md"
 for i, code in enumerate(blocks, 1):
+    if "LC_TLS_ADDRESS" in code and not (os.environ["LC_TLS_ADDRESS"] and os.environ["LC_CA"]):
+        if os.environ.get("CI") == "true":
+            sys.exit("README block %d needs the TLS fixture (LC_TEST_MTLS_ADDRESS, LC_TEST_TLS_DIR); CI=true" % i)
+        print("README block %d NOT RUN: LC_TEST_MTLS_ADDRESS / LC_TEST_TLS_DIR not set" % i)
+        continue
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         sys.exit("README block %d failed:\n%s\n%s%s" % (i, code, r.stdout, r.stderr))

@@ -14,18 +14,23 @@ const exitTable = `Exit status:
 `
 
 const globalFlags = `Global flags (before the command, or among its flags):
-  --address HOST:PORT      lock server (default $LC_ADDRESS, then localhost:22119)
+  --address HOST:PORT      lock server (default $LC_ADDRESS, $LC_SERVER, then
+                           localhost:22119); a cluster: its nodes as a list,
+                           a:22119,b:22119,c:22119, or a DNS name with several
+                           records; any node that answers is used
+  --server HOST:PORT       the same as --address
   --source NAME            name of this requester, at most 127 bytes
                            (default $LC_SOURCE; empty: the server uses your IP)
   --web-address HOST:PORT  JSON API, for "keys" and the waiting status line
                            (default $LC_WEB_ADDRESS, then localhost:22120); a
-                           URL such as https://admin:PASSWORD@host:22120 works too
+                           URL such as https://admin:PASSWORD@host:22120 works too;
+                           a cluster: a list of its nodes' web ports
   --tls-ca FILE            PEM bundle of the CA that signs the server's certificate
                            (default $LC_TLS_CA; unset: the system's roots)
   --tls-cert FILE          PEM client certificate, for a server with TLS_CLIENT_CA
   --tls-key FILE           its private key (default $LC_TLS_CERT, $LC_TLS_KEY)
   --tls-server-name NAME   name the server's certificate must carry
-                           (default $LC_TLS_SERVER_NAME, then the --address host)
+                           (default $LC_TLS_SERVER_NAME, then each --address host)
                            Any --tls-* flag turns TLS on: the lock port, and the
                            JSON API (https) at a --web-address HOST:PORT
 `
@@ -55,9 +60,10 @@ Examples:
   lc-cli trylock cron/backup -- /usr/local/bin/backup
   LC_ADDRESS=locks.internal:22119 lc-cli keys
   lc-cli --address locks.internal:22119 --tls-ca ca.pem lock deploy/prod -- ./deploy.sh
+  lc-cli --address lc1:22119,lc2:22119,lc3:22119 lock deploy/prod -- ./deploy.sh
 
 ` + globalFlags + `
-Environment: LC_ADDRESS, LC_SOURCE, LC_WEB_ADDRESS, LC_TLS_CA, LC_TLS_CERT,
+Environment: LC_ADDRESS (or LC_SERVER), LC_SOURCE, LC_WEB_ADDRESS, LC_TLS_CA, LC_TLS_CERT,
 LC_TLS_KEY, LC_TLS_SERVER_NAME (defaults of the flags above).
 CMD sees LC_KEY (the key it holds), LC_ADDRESS and LC_FENCING_TOKEN (the
 grant's fencing token, decimal) in its environment.

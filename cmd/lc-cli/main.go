@@ -218,13 +218,14 @@ func (a *app) flagSet(name string) *flag.FlagSet {
 	fs.Usage = func() {}
 	if !a.loaded {
 		a.loaded = true
-		a.address = envOr(a.getenv, "LC_ADDRESS", client.DefaultAddress)
+		a.address = envOr(a.getenv, "LC_ADDRESS", envOr(a.getenv, "LC_SERVER", client.DefaultAddress))
 		a.source = a.getenv("LC_SOURCE")
 		a.webAddress = envOr(a.getenv, "LC_WEB_ADDRESS", defaultWebAddress)
 		a.tlsCA, a.tlsCert = a.getenv("LC_TLS_CA"), a.getenv("LC_TLS_CERT")
 		a.tlsKey, a.tlsServerName = a.getenv("LC_TLS_KEY"), a.getenv("LC_TLS_SERVER_NAME")
 	}
-	fs.StringVar(&a.address, "address", a.address, "lock server HOST:PORT")
+	fs.StringVar(&a.address, "address", a.address, "lock server HOST:PORT, or a cluster's nodes as a comma-separated list")
+	fs.StringVar(&a.address, "server", a.address, "the same as --address")
 	fs.StringVar(&a.source, "source", a.source, "name of this requester")
 	fs.StringVar(&a.webAddress, "web-address", a.webAddress, "JSON API HOST:PORT or URL")
 	fs.StringVar(&a.tlsCA, "tls-ca", a.tlsCA, "PEM bundle of the CA that signs the server's certificate")
@@ -282,8 +283,8 @@ func (a *app) parse(c string, fs *flag.FlagSet, args []string) (pos, child []str
 }
 
 func (a *app) checkGlobals(c string) error {
-	if _, _, err := net.SplitHostPort(a.address); err != nil {
-		return a.usage(c, "--address %q: want HOST:PORT (from --address, LC_ADDRESS or the default %s)", a.address, client.DefaultAddress)
+	if err := checkAddresses(a.address); err != nil {
+		return a.usage(c, "--address %q: %v (from --address, --server, LC_ADDRESS, LC_SERVER or the default %s)", a.address, err, client.DefaultAddress)
 	}
 	if len(a.source) > protocol.MaxField {
 		return a.usage(c, "--source is %d bytes long; at most %d are allowed", len(a.source), protocol.MaxField)
@@ -294,6 +295,27 @@ func (a *app) checkGlobals(c string) error {
 			return a.usage(c, "--tls-ca, --tls-cert, --tls-key (or LC_TLS_*): %v", err)
 		}
 		a.tls = cfg
+	}
+	return nil
+}
+
+// checkAddresses checks an address list: HOST:PORT, or several of them
+// separated by commas (the client tries them all).
+func checkAddresses(list string) error {
+	n := 0
+	for entry := range strings.SplitSeq(list, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(entry)
+		if err != nil || host == "" || port == "" {
+			return fmt.Errorf("want HOST:PORT, or a comma-separated list of them (%q is not)", entry)
+		}
+		n++
+	}
+	if n == 0 {
+		return errors.New("want HOST:PORT, or a comma-separated list of them")
 	}
 	return nil
 }
@@ -345,6 +367,12 @@ func (a *app) describe(op, key string, err error) error {
 	switch {
 	case errors.As(err, &verr):
 		return withCode(exitServer, "%s %s: the lock server at %s showed a certificate lc-cli does not trust: %s (see --tls-ca and --tls-server-name)",
+			op, printable(key), a.address, rootCause(err))
+	case errors.Is(err, client.ErrOutcomeUnknown) && (op == "lock" || op == "trylock" || op == "wait"):
+		return withCode(exitServer, "%s %s: sent, but the server at %s did not answer (%s): %s may have been granted, held by nobody who knows; not sent again (see 'lc-cli keys'; 'lc-cli unlock %s' releases it)",
+			op, printable(key), a.address, rootCause(err), printable(key), printable(key))
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return withCode(exitServer, "%s %s: sent, but the server at %s did not answer (%s): it may or may not have taken effect; not sent again",
 			op, printable(key), a.address, rootCause(err))
 	case errors.Is(err, client.ErrUnreachable) && a.tls != nil:
 		return withCode(exitServer, "%s %s: cannot reach the lock server at %s over TLS: %s (is it running, with TLS_CERT? a server with TLS_CLIENT_CA needs --tls-cert and --tls-key)",

@@ -70,7 +70,7 @@ func (s *status) line(ctx context.Context, wapi *webAPI, now time.Time) string {
 	case errors.Is(err, errNotHeld):
 		return head + ": being handed on"
 	case err != nil:
-		return head + " (holder unknown: no JSON API at " + wapi.base.Host + ")"
+		return head + " (holder unknown: no JSON API at " + wapi.hosts() + ")"
 	}
 	return head + ": " + s.describe(k, now)
 }

@@ -185,3 +185,34 @@ func TestWriteKeysShowsRawBytes(t *testing.T) {
 		t.Fatalf("keys table:\n%s\nwant the key's own bytes, quoted", b.String())
 	}
 }
+
+func TestCheckAddresses(t *testing.T) {
+	for _, ok := range []string{"localhost:22119", "a:1,b:2,c:3", " a:1 , b:2 ,", "[::1]:22119,127.0.0.1:22119"} {
+		if err := checkAddresses(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ",", "localhost", "a:1,b", ":22119", "a:1,:2"} {
+		if err := checkAddresses(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestWebAPIList(t *testing.T) {
+	w, err := newWebAPI("a:22120, https://admin:pw@b:22120,", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.bases) != 2 || w.bases[0].String() != "http://a:22120" || w.bases[1].Host != "b:22120" || w.bases[1].User.Username() != "admin" {
+		t.Fatalf("bases %v", w.bases)
+	}
+	if w.hosts() != "a:22120,b:22120" {
+		t.Fatalf("hosts %q", w.hosts())
+	}
+	for _, bad := range []string{"", " , ", "ftp://x:1", "a:1,http://"} {
+		if _, err := newWebAPI(bad, nil); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

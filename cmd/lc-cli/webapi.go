@@ -25,72 +25,130 @@ var errNotHeld = errors.New("not held")
 // maxAPIBody bounds what lc-cli reads from the JSON API.
 const maxAPIBody = 64 << 20
 
-// webAPI reads the JSON API of one server.
+// webAPI reads the JSON API of a server, or of any node of a cluster. It
+// is used by one goroutine at a time.
 type webAPI struct {
-	base *url.URL // scheme, userinfo and host
-	http *http.Client
+	// bases are the addresses to ask (scheme, userinfo and host), in the
+	// order given; next is the one to ask first, the last that answered.
+	bases []*url.URL
+	next  int
+	http  *http.Client
 }
 
 // newWebAPI accepts HOST:PORT or a URL (for https, or a password:
-// https://admin:secret@host:22120). With tlsCfg (lc-cli's --tls-*) a
+// https://admin:secret@host:22120), or a comma-separated list of them,
+// the web ports of a cluster's nodes. With tlsCfg (lc-cli's --tls-*) a
 // HOST:PORT is reached over https, trusting what the lock port trusts: a
 // server with TLS_CERT serves both ports with that certificate.
 func newWebAPI(address string, tlsCfg *tls.Config) (*webAPI, error) {
-	raw := address
-	if !strings.Contains(raw, "://") {
-		scheme := "http://"
-		if tlsCfg != nil {
-			scheme = "https://"
+	w := &webAPI{http: &http.Client{Timeout: 10 * time.Second}}
+	https := false
+	for entry := range strings.SplitSeq(address, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
 		}
-		raw = scheme + raw
+		raw := entry
+		if !strings.Contains(raw, "://") {
+			scheme := "http://"
+			if tlsCfg != nil {
+				scheme = "https://"
+			}
+			raw = scheme + raw
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("--web-address %q: want HOST:PORT or an http(s) URL, or a comma-separated list of them", entry)
+		}
+		https = https || u.Scheme == "https"
+		w.bases = append(w.bases, &url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host})
 	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+	if len(w.bases) == 0 {
 		return nil, fmt.Errorf("--web-address %q: want HOST:PORT or an http(s) URL", address)
 	}
-	hc := &http.Client{Timeout: 10 * time.Second}
-	if tlsCfg != nil && u.Scheme == "https" {
+	if tlsCfg != nil && https {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = tlsCfg.Clone()
-		hc.Transport = tr
+		w.http.Transport = tr
 	}
-	return &webAPI{base: &url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}, http: hc}, nil
+	return w, nil
 }
 
-// get fetches path?query and returns the body of a 200 answer.
+// hosts names the addresses asked, for messages.
+func (w *webAPI) hosts() string {
+	h := make([]string, len(w.bases))
+	for i, b := range w.bases {
+		h[i] = b.Host
+	}
+	return strings.Join(h, ",")
+}
+
+// get fetches path?query and returns the body of a 200 answer. It asks
+// the nodes in turn: one that cannot be reached, or answers 503 (a node
+// of a cluster that does not serve this read: a follower with no leader,
+// or one that does not forward), makes it ask the next. The read is
+// consistent=1: a follower forwards it to the leader, so that it shows
+// every change already acknowledged (a single server ignores it).
 func (w *webAPI) get(ctx context.Context, path string, query url.Values) ([]byte, http.Header, error) {
-	u := *w.base
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = v
+	}
+	q.Set("consistent", "1")
+	var errs []string
+	for i := range w.bases {
+		n := (w.next + i) % len(w.bases)
+		body, hdr, next, err := w.getFrom(ctx, w.bases[n], path, q)
+		if !next {
+			if err == nil || errors.Is(err, errNotHeld) {
+				w.next = n
+			}
+			return body, hdr, err
+		}
+		errs = append(errs, err.Error())
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, errors.New(strings.Join(errs, "; "))
+}
+
+// getFrom is get at one node; next is true when another node may answer.
+func (w *webAPI) getFrom(ctx context.Context, base *url.URL, path string, query url.Values) (body []byte, hdr http.Header, next bool, err error) {
+	u := *base
 	u.User = nil
 	u.RawPath = path // already escaped
 	u.Path, _ = url.PathUnescape(path)
 	u.RawQuery = query.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	if w.base.User != nil {
-		pw, _ := w.base.User.Password()
-		req.SetBasicAuth(w.base.User.Username(), pw)
+	if base.User != nil {
+		pw, _ := base.User.Password()
+		req.SetBasicAuth(base.User.Username(), pw)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := w.http.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach the JSON API at %s: %s (see --web-address or LC_WEB_ADDRESS)", w.base.Host, rootCause(err))
+		return nil, nil, true, fmt.Errorf("cannot reach the JSON API at %s: %s (see --web-address or LC_WEB_ADDRESS)", base.Host, rootCause(err))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, nil, true, fmt.Errorf("reading %s at %s: %w", path, base.Host, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		return body, resp.Header, nil
+		return body, resp.Header, false, nil
 	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/api/v1/keys/"):
-		return nil, nil, errNotHeld
+		return nil, nil, false, errNotHeld
 	case resp.StatusCode == http.StatusUnauthorized:
-		return nil, nil, fmt.Errorf("the JSON API at %s asks for a password: use --web-address http://admin:PASSWORD@%s", w.base.Host, w.base.Host)
+		return nil, nil, false, fmt.Errorf("the JSON API at %s asks for a password: use --web-address http://admin:PASSWORD@%s", base.Host, base.Host)
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return nil, nil, true, fmt.Errorf("GET %s at %s: %s (a cluster node that does not serve it; give --web-address the other nodes too)", path, base.Host, resp.Status)
 	}
-	return nil, nil, fmt.Errorf("GET %s at %s: %s", path, w.base.Host, resp.Status)
+	return nil, nil, false, fmt.Errorf("GET %s at %s: %s", path, base.Host, resp.Status)
 }
 
 // key fetches one key with its queue; errNotHeld when nobody holds it.

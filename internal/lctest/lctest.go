@@ -223,7 +223,8 @@ func (s *Server) awaitReady(t testing.TB, env []string, deadline time.Time) {
 	t.Helper()
 	for _, e := range env {
 		if e == "WEB_ADDRESS=off" || strings.HasPrefix(e, "TLS_CERT=") && e != "TLS_CERT=" ||
-			strings.HasPrefix(e, "CLUSTER_PEERS=") && e != "CLUSTER_PEERS=" {
+			strings.HasPrefix(e, "CLUSTER_PEERS=") && e != "CLUSTER_PEERS=" ||
+			strings.HasPrefix(e, "CLUSTER_JOIN=") && e != "CLUSTER_JOIN=" {
 			return
 		}
 	}

@@ -77,6 +77,7 @@ type Options struct {
 	NotBefore  time.Time
 	NotAfter   time.Time
 	Client     bool // a client certificate instead of a server one
+	Peer       bool // both a server and a client certificate (a cluster node's)
 }
 
 // Leaf is a certificate and its key.
@@ -99,9 +100,12 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 	if o.CommonName == "" {
 		o.CommonName = "locking-center test"
 	}
-	usage := x509.ExtKeyUsageServerAuth
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	if o.Peer {
+		usage = append(usage, x509.ExtKeyUsageClientAuth)
+	}
 	if o.Client {
-		usage = x509.ExtKeyUsageClientAuth
+		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	} else if o.DNSNames == nil && o.IPs == nil {
 		o.DNSNames, o.IPs = []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}
 	}
@@ -112,7 +116,7 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 		NotBefore:    o.NotBefore,
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		DNSNames:     o.DNSNames,
 		IPAddresses:  o.IPs,
 	}

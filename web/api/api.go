@@ -72,3 +72,24 @@ type Session struct {
 	Holds   int `json:"holds"`
 	Waiting int `json:"waiting"`
 }
+
+// JoinHeader carries a joining node's proof that it knows CLUSTER_TOKEN
+// on POST /api/v1/cluster/nodes, in place of WEB_PASSWORD:
+// "t=<unix seconds>,mac=<hex HMAC-SHA256(CLUSTER_TOKEN, "join\n" t "\n" body)>",
+// accepted within 5 minutes of the server's clock.
+const JoinHeader = "X-LC-Cluster-Join"
+
+// ClusterNode is the body of POST /api/v1/cluster/nodes (a node to add)
+// and its answer.
+type ClusterNode struct {
+	// ID is the node's NODE_ID; Address its cluster port
+	// (RAFT_ADVERTISE), host:port.
+	ID      string `json:"id"`
+	Address string `json:"address,omitempty"`
+}
+
+// TransferResult is the answer to POST /api/v1/cluster/transfer: the
+// leader after the hand-over ("" if not known yet).
+type TransferResult struct {
+	Leader string `json:"leader"`
+}

@@ -159,3 +159,18 @@ export async function until(predicate, what = 'condition', deadlineMs = 5000) {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/**
+ * The values of the fixture's variables, and `skip`: false when all are set;
+ * else the reason to skip, said loudly. Under CI=true a missing variable is
+ * not a skip: it throws, failing the run (clients/run-tests provides them).
+ */
+export function fixtureEnv(...names) {
+  const missing = names.filter((n) => !process.env[n]);
+  const values = names.map((n) => process.env[n]);
+  if (missing.length === 0) return { skip: false, values };
+  const why = `${missing.join(', ')} not set (clients/run-tests starts the cluster and TLS fixture and sets them)`;
+  if (process.env.CI === 'true') throw new Error(`${why}; CI=true: not skipped`);
+  console.log(`NOT RUN: ${why}`);
+  return { skip: `NOT RUN: ${why}`, values };
+}

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 
-import { DisconnectedError, LockTimeoutError, SessionAction, openSession } from '../index.js';
+import { LockTimeoutError, OutcomeUnknownError, SessionAction, openSession } from '../index.js';
 
 const SESSION_ID = 0x0123456789abcdefn;
 
@@ -69,28 +69,53 @@ async function closeSession(s, c) {
   await closing;
 }
 
-test('a Lock lost with the connection is unlocked first after the resume', { timeout: 20000 }, async () => {
+test('a Lock lost with the connection is reissued with its id first after the resume', { timeout: 20000 }, async () => {
   const f = await fake();
   const opening = openSession({ address: f.address });
   let c = await f.conn();
   assert.equal(c.resume, 0n);
   c.answerOpen();
   const s = await opening;
-  const lost = assert.rejects(s.lock('abc'), DisconnectedError);
-  assert.equal((await c.next()).action, SessionAction.LOCK);
+  const lock = s.lock('abc');
+  const first = await c.next();
+  assert.equal(first.action, SessionAction.LOCK);
   c.socket.destroy(); // as if its '+' were lost with the connection
-  await lost;
   const later = s.lock('abc'); // a new Lock of the same key, made meanwhile
   c = await f.conn();
   assert.equal(c.resume, SESSION_ID);
   c.answerOpen();
   let req = await c.next();
-  assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 0n, 'abc']); // the cleanup, first
-  c.answer(req.id, '-'); // no stray was held
+  assert.deepEqual([req.action, req.id, req.token, req.key], [SessionAction.LOCK, first.id, 0n, 'abc']); // the reissue, first
+  c.answer(req.id, '+', 7n); // the grant it had made
+  assert.equal((await lock).token, 7n);
   req = await c.next();
   assert.deepEqual([req.action, req.key], [SessionAction.LOCK, 'abc']); // then the new Lock
-  c.answer(req.id, '+', 7n);
-  assert.equal((await later).token, 7n);
+  assert.notEqual(req.id, first.id); // the id of a held grant is not reused
+  c.answer(req.id, '+', 8n);
+  assert.equal((await later).token, 8n);
+  await closeSession(s, c);
+  await f.close();
+});
+
+test('a Lock given up, then lost with the connection, is unlocked first after the resume', { timeout: 20000 }, async () => {
+  const f = await fake();
+  const opening = openSession({ address: f.address });
+  let c = await f.conn();
+  c.answerOpen();
+  const s = await opening;
+  const timedOut = assert.rejects(s.lock('abc', { timeout: 100 }), LockTimeoutError);
+  const lock = await c.next();
+  assert.equal(lock.action, SessionAction.LOCK);
+  await timedOut;
+  const cancel = await c.next();
+  assert.deepEqual([cancel.action, cancel.id], [SessionAction.CANCEL, lock.id]);
+  c.socket.destroy(); // the outcome of the Lock and its Cancel are lost
+  c = await f.conn();
+  assert.equal(c.resume, SESSION_ID);
+  c.answerOpen();
+  const req = await c.next();
+  assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 0n, 'abc']); // the cleanup, first
+  c.answer(req.id, '-'); // no stray was held
   await closeSession(s, c);
   await f.close();
 });
@@ -111,6 +136,38 @@ test('a grant that crossed the Cancel is unlocked by its token', { timeout: 2000
   req = await c.next();
   assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 42n, 'abc']); // given back by its token
   c.answer(req.id, '+', 42n);
+  await closeSession(s, c);
+  await f.close();
+});
+
+test('an unlock lost with the connection is not known, and a tryLock is reissued', { timeout: 20000 }, async () => {
+  const f = await fake();
+  const opening = openSession({ address: f.address });
+  let c = await f.conn();
+  c.answerOpen();
+  const s = await opening;
+  const locking = s.lock('abc');
+  let req = await c.next();
+  c.answer(req.id, '+', 5n);
+  const grant = await locking;
+  const unknown = assert.rejects(grant.unlock(), OutcomeUnknownError); // never sent again as such
+  req = await c.next();
+  assert.deepEqual([req.action, req.token], [SessionAction.UNLOCK, 5n]);
+  const trying = s.tryLock('xyz');
+  const first = await c.next();
+  assert.deepEqual([first.action, first.key], [SessionAction.TRY_LOCK, 'xyz']);
+  c.socket.destroy(); // both answers lost
+  await unknown;
+  c = await f.conn();
+  c.answerOpen();
+  req = await c.next();
+  // The grant is settled by an Unlock naming its token: it can release that grant only.
+  assert.deepEqual([req.action, req.token, req.key], [SessionAction.UNLOCK, 5n, 'abc']);
+  c.answer(req.id, '-'); // it had been released
+  req = await c.next();
+  assert.deepEqual([req.action, req.id, req.key], [SessionAction.TRY_LOCK, first.id, 'xyz']); // reissued with its id
+  c.answer(req.id, '#');
+  assert.equal(await trying, null);
   await closeSession(s, c);
   await f.close();
 });

@@ -10,7 +10,6 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
-  DisconnectedError,
   LockTimeoutError,
   LockingCenterError,
   NotHeldError,
@@ -208,24 +207,29 @@ describe('sessions', () => {
     await s.close();
   });
 
-  it('resumes after a dropped connection; a Lock pending on it rejects', async () => {
+  it('resumes after a dropped connection; a Lock pending on it is reissued', async () => {
     const k = uniqueKey('s-drop');
     const proxy = await startProxy(address);
     const a = await openSession({ address: proxy.address, ttl: 5000 });
     const b = await open();
     const held = await a.lock(k);
-    await b.lock(`${k}-b`);
-    const disconnected = assert.rejects(a.lock(`${k}-b`), DisconnectedError);
+    const blocker = await b.lock(`${k}-b`);
+    let settled = false;
+    const blocked = a.lock(`${k}-b`).finally(() => (settled = true));
     await waitForQueue(web, `${k}-b`, 1);
     proxy.cut();
-    await disconnected;
     await until(async () => (await sessionInfo(web, a.id))?.connected === true, 'resume');
-    await waitForQueue(web, `${k}-b`, 0); // its waiter is gone
+    await waitForQueue(web, `${k}-b`, 1); // reissued: it waits again
+    assert.equal(settled, false);
     const info = await keyInfo(web, k);
     assert.equal(BigInt(info.token), held.token); // the hold survived
     assert.equal(info.session, hexId(a));
     await held.unlock();
     assert.equal(await keyInfo(web, k), null);
+    await blocker.unlock();
+    const g = await blocked;
+    assert.equal(BigInt((await keyInfo(web, `${k}-b`)).token), g.token);
+    await g.unlock();
     await Promise.all([a.close(), b.close()]);
     await proxy.close();
   });

@@ -23,6 +23,10 @@ declare const signal: AbortSignalLike;
 export async function usage(): Promise<number> {
   const client = new Client({ address: '127.0.0.1:22119', source: 'svc', connectTimeout: 1000 });
   const other = new Client('127.0.0.1:22119');
+  const many = new Client(['a:22119', { host: 'b', port: 22119 }]);
+  const secure = new Client({ address: 'a:22119,b:22119', tls: { ca: 'PEM', servername: 'locks' } });
+  const roots = new Client({ address: 'a:22119', tls: true });
+  const where: string = many.address + secure.address + roots.address;
   const opts: WaitOptions = { signal, timeout: 500 };
   const held: HeldLock = await client.lock('k', opts);
   const key: string | Uint8Array = held.key;
@@ -55,6 +59,11 @@ export async function usage(): Promise<number> {
 
 export async function sessions(): Promise<bigint> {
   await using session: Session = await openSession({ ttl: 10_000, source: 'svc', authToken: 't', answerTimeout: null });
+  await using clustered: Session = await openSession({
+    address: ['a:22119', 'b:22119'],
+    tls: { ca: new Uint8Array(0), cert: 'PEM', key: 'PEM' },
+  });
+  const at: string = clustered.address;
   const grant: Grant = await session.lock('k', { signal, timeout: 1000 });
   const token: bigint = grant.token;
   await grant.unlock();

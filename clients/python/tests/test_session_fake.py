@@ -1,12 +1,13 @@
 """Session rules that a real server cannot be made to show on demand, against
-a scripted asyncio server: the stray cleanup after a resume, Cancel on a
-give-up, and the give-back of a grant that crossed the Cancel."""
+a scripted asyncio server: the reissue of a Lock lost with its connection,
+the stray cleanup after a resume, Cancel on a give-up, and the give-back of
+a grant that crossed the Cancel."""
 
 import asyncio
 
 import pytest
 
-from locking_center import AsyncSession, DisconnectedError, LockTimeoutError
+from locking_center import AsyncSession, LockTimeoutError, OutcomeUnknownError
 from locking_center import _protocol as proto
 
 SESSION_ID = 0x0123456789ABCDEF
@@ -50,7 +51,7 @@ def run(coro):
     return asyncio.run(bounded())
 
 
-def test_a_lock_lost_with_the_connection_is_unlocked_first_after_the_resume():
+def test_a_lock_lost_with_the_connection_is_reissued_with_its_id_first():
     async def main():
         fake = await Fake().start()
         s = AsyncSession(fake.address)
@@ -60,21 +61,54 @@ def test_a_lock_lost_with_the_connection_is_unlocked_first_after_the_resume():
         fake.answer_open(writer)
         await opening
         lock = asyncio.create_task(s.lock("abc"))
-        assert (await fake.request(reader))[0] == proto.SessionAction.LOCK
+        action, lock_id, _, _ = await fake.request(reader)
+        assert action == proto.SessionAction.LOCK
         writer.transport.abort()  # as if its '+' were lost with the connection
-        with pytest.raises(DisconnectedError):
-            await lock
         later = asyncio.create_task(s.lock("abc"))  # a new Lock of the same key, made meanwhile
+        resume, reader, writer = await fake.conns.get()
+        assert resume == SESSION_ID
+        fake.answer_open(writer)
+        action, cid, token, key = await fake.request(reader)
+        assert (action, cid, token, key) == (proto.SessionAction.LOCK, lock_id, 0, b"abc")  # the reissue, first
+        writer.write(cid.to_bytes(4, "big") + b"+" + (7).to_bytes(8, "big"))  # the grant it had made
+        assert (await lock).token == 7
+        action, cid, token, key = await fake.request(reader)
+        assert (action, key) == (proto.SessionAction.LOCK, b"abc") and cid != lock_id  # then the new Lock
+        writer.write(cid.to_bytes(4, "big") + b"+" + (8).to_bytes(8, "big"))
+        assert (await later).token == 8
+        closing = asyncio.create_task(s.close())
+        action, cid, _, _ = await fake.request(reader)
+        assert action == proto.SessionAction.CLOSE
+        assert cid not in (lock_id,)  # the id of a held grant is not reused
+        writer.write(cid.to_bytes(4, "big") + b"+" + bytes(8))
+        writer.close()
+        await closing
+        await fake.close()
+
+    run(main())
+
+
+def test_a_lock_given_up_then_lost_with_the_connection_is_unlocked_first_after_the_resume():
+    async def main():
+        fake = await Fake().start()
+        s = AsyncSession(fake.address)
+        opening = asyncio.create_task(s.open())
+        _, reader, writer = await fake.conns.get()
+        fake.answer_open(writer)
+        await opening
+        lock = asyncio.create_task(s.lock("abc", timeout=0.1))
+        action, lock_id, _, _ = await fake.request(reader)
+        assert action == proto.SessionAction.LOCK
+        with pytest.raises(LockTimeoutError):
+            await lock
+        assert (await fake.request(reader))[:2] == (proto.SessionAction.CANCEL, lock_id)
+        writer.transport.abort()  # the Cancel's outcome, and the Lock's, are lost
         resume, reader, writer = await fake.conns.get()
         assert resume == SESSION_ID
         fake.answer_open(writer)
         action, cid, token, key = await fake.request(reader)
         assert (action, token, key) == (proto.SessionAction.UNLOCK, 0, b"abc")  # the cleanup, first
         writer.write(cid.to_bytes(4, "big") + b"-" + bytes(8))  # no stray was held
-        action, cid, token, key = await fake.request(reader)
-        assert (action, key) == (proto.SessionAction.LOCK, b"abc")  # then the new Lock
-        writer.write(cid.to_bytes(4, "big") + b"+" + (7).to_bytes(8, "big"))
-        assert (await later).token == 7
         closing = asyncio.create_task(s.close())
         action, cid, _, _ = await fake.request(reader)
         assert action == proto.SessionAction.CLOSE
@@ -105,6 +139,47 @@ def test_a_grant_that_crossed_the_cancel_is_unlocked_by_its_token():
         action, cid, token, key = await fake.request(reader)
         assert (action, token, key) == (proto.SessionAction.UNLOCK, 42, b"abc")  # given back by its token
         writer.write(cid.to_bytes(4, "big") + b"+" + (42).to_bytes(8, "big"))
+        closing = asyncio.create_task(s.close())
+        action, cid, _, _ = await fake.request(reader)
+        assert action == proto.SessionAction.CLOSE
+        writer.write(cid.to_bytes(4, "big") + b"+" + bytes(8))
+        writer.close()
+        await closing
+        await fake.close()
+
+    run(main())
+
+
+def test_an_unlock_lost_with_the_connection_is_not_known_and_a_try_lock_is_reissued():
+    async def main():
+        fake = await Fake().start()
+        s = AsyncSession(fake.address)
+        opening = asyncio.create_task(s.open())
+        _, reader, writer = await fake.conns.get()
+        fake.answer_open(writer)
+        await opening
+        lock = asyncio.create_task(s.lock("abc"))
+        _, cid, _, _ = await fake.request(reader)
+        writer.write(cid.to_bytes(4, "big") + b"+" + (5).to_bytes(8, "big"))
+        grant = await lock
+        unlock = asyncio.create_task(grant.unlock())
+        assert (await fake.request(reader))[0::2] == (proto.SessionAction.UNLOCK, 5)
+        try_lock = asyncio.create_task(s.try_lock("xyz"))
+        action, try_id, _, key = await fake.request(reader)
+        assert (action, key) == (proto.SessionAction.TRY_LOCK, b"xyz")
+        writer.transport.abort()  # both answers lost
+        with pytest.raises(OutcomeUnknownError):
+            await unlock  # never sent again as such
+        _, reader, writer = await fake.conns.get()
+        fake.answer_open(writer)
+        action, cid, token, key = await fake.request(reader)
+        # The grant is settled by an Unlock naming its token: it can release that grant only.
+        assert (action, token, key) == (proto.SessionAction.UNLOCK, 5, b"abc")
+        writer.write(cid.to_bytes(4, "big") + b"-" + bytes(8))  # it had been released
+        action, cid, token, key = await fake.request(reader)
+        assert (action, cid, key) == (proto.SessionAction.TRY_LOCK, try_id, b"xyz")  # reissued with its id
+        writer.write(cid.to_bytes(4, "big") + b"#" + bytes(8))
+        assert await try_lock is None
         closing = asyncio.create_task(s.close())
         action, cid, _, _ = await fake.request(reader)
         assert action == proto.SessionAction.CLOSE

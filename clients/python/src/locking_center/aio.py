@@ -12,6 +12,7 @@ import time
 from types import TracebackType
 from typing import Optional, Type
 
+from . import _dial
 from . import _protocol as proto
 from ._holding import AwaitableHold
 from ._protocol import Action, Text
@@ -155,13 +156,11 @@ class AsyncClient(_ClientBase):
         if deadline is not None:
             connect_timeout = min(connect_timeout, max(deadline - time.monotonic(), 0.0))
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self._host, self._port), connect_timeout)
-        except asyncio.TimeoutError as e:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise self._expired(timeout, waiting) from e
-            raise UnreachableError("connecting to %s timed out" % self.address) from e
-        except OSError as e:
-            raise UnreachableError("cannot connect to %s: %s" % (self.address, e)) from e
+            reader, writer, _ = await _dial.connect_async(
+                self._targets, connect_timeout, self._tls, self._server_hostname, deadline
+            )
+        except TimeoutError as e:
+            raise self._expired(timeout, waiting) from e
 
         answered = False
         try:
@@ -199,7 +198,7 @@ class AsyncClient(_ClientBase):
     ) -> BaseException:
         """Hang up a request given up; return ``why`` (see :meth:`_ClientBase._give_back_frame`)."""
         unlock = self._give_back_frame(frame)
-        if unlock is None:
+        if unlock is None or self._tls is not None:  # no half-close over TLS
             return why
         try:
             writer.write_eof()

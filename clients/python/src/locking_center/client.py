@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl as _ssl
 import threading
 import time
 from types import TracebackType
 from typing import Optional, Type
 
+from . import _dial
 from . import _protocol as proto
-from ._protocol import Action, Address, Text
+from ._dial import Addresses
+from ._protocol import Action, Text
 from .cancel import CancelEvent, check_cancel
 from .errors import (
     LockCancelledError,
@@ -34,26 +37,32 @@ def _default_address() -> str:
 
 class _ClientBase:
     """What :class:`Client` and :class:`~locking_center.AsyncClient` share:
-    the server's address, the source and the timeouts."""
+    the servers' addresses, TLS, the source and the timeouts."""
 
     def __init__(
         self,
-        address: Optional[Address] = None,
+        address: Optional[Addresses] = None,
         source: Text = "",
         *,
         connect_timeout: float = 5.0,
         io_timeout: Optional[float] = 30.0,
+        ssl: Optional[_ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
-        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
+        self._targets = _dial.parse_addresses(address if address is not None else _default_address())
         self._source = source
         proto.encode_source(source)  # refuse a bad source now, not at first use
+        if ssl is not None and not isinstance(ssl, _ssl.SSLContext):
+            raise TypeError("ssl must be an ssl.SSLContext, not %s" % type(ssl).__name__)
+        self._tls = ssl
+        self._server_hostname = server_hostname
         self.connect_timeout = connect_timeout
         self.io_timeout = io_timeout
 
     @property
     def address(self) -> str:
-        host = "[%s]" % self._host if ":" in self._host else self._host
-        return "%s:%d" % (host, self._port)
+        """The addresses, comma-separated."""
+        return _dial.describe(self._targets)
 
     @property
     def source(self) -> Text:
@@ -141,16 +150,28 @@ class HeldLock:
 class Client(_ClientBase):
     """Blocking Locking-Center client.
 
-    :param address: ``host:port`` of the server (default ``$LC_ADDRESS``,
-        then ``localhost:22119``).
+    :param address: ``host:port`` of the server, or of several (a
+        cluster's nodes): ``"a:22119,b:22119,c:22119"`` or a list; a name
+        with several DNS records counts as several (default
+        ``$LC_ADDRESS``, then ``localhost:22119``).  Each request connects
+        to the first that answers, tried in a random order.
     :param source: who is asking, 0..127 bytes; empty lets the server use
         this machine's IP address.
-    :param connect_timeout: seconds allowed to open a connection.
+    :param connect_timeout: seconds allowed for each connection attempt.
     :param io_timeout: seconds allowed for a non-waiting request (unlock,
         try-lock, resets) to be answered; ``None`` waits forever.
+    :param ssl: an :class:`ssl.SSLContext` for a server with ``TLS_CERT``
+        (``ssl.create_default_context(cafile=...)``, plus
+        ``load_cert_chain`` for one with ``TLS_CLIENT_CA``); ``None``: plain TCP.
+    :param server_hostname: the name the server's certificate must carry
+        (default: the host of the address connected to).
 
     The client keeps no connection open between calls and can be shared
-    between threads.
+    between threads.  Over TLS, a lock given up (``timeout``, ``cancel``)
+    closes its connection at once: Python's TLS has no half-close, so a
+    grant that crossed the give-up cannot be read back and stays held
+    until it is unlocked or reset — use a session, whose Cancel has no
+    such gap.
     """
 
     # -- the six requests -------------------------------------------------
@@ -255,13 +276,9 @@ class Client(_ClientBase):
             if connect_timeout <= 0:
                 raise self._expired(timeout, waiting)
         try:
-            sock = socket.create_connection((self._host, self._port), timeout=connect_timeout)
+            sock, where = _dial.connect(self._targets, connect_timeout, self._tls, self._server_hostname, deadline)
         except socket.timeout as e:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise self._expired(timeout, waiting) from e
-            raise UnreachableError("connecting to %s timed out" % self.address) from e
-        except OSError as e:
-            raise UnreachableError("cannot connect to %s: %s" % (self.address, e)) from e
+            raise self._expired(timeout, waiting) from e
 
         with sock:
             try:
@@ -280,6 +297,9 @@ class Client(_ClientBase):
 
             def hang_up() -> None:
                 cancelled.set()
+                if self._tls is not None:  # no half-close over TLS: hang up entirely
+                    _shut(sock, socket.SHUT_RDWR)
+                    return
                 _shut(sock, socket.SHUT_WR)
                 grace.start()
 
@@ -335,7 +355,7 @@ class Client(_ClientBase):
     def _give_up(self, sock: socket.socket, frame: bytes, why: BaseException) -> BaseException:
         """Hang up a request given up; return ``why`` (see :meth:`_ClientBase._give_back_frame`)."""
         unlock = self._give_back_frame(frame)
-        if unlock is None:
+        if unlock is None or self._tls is not None:  # no half-close over TLS
             return why
         try:
             sock.shutdown(socket.SHUT_WR)

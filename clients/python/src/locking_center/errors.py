@@ -16,9 +16,9 @@ subclasses tell the outcomes of a request apart::
     │
     │   sessions only:
     ├── NotHeldError            (also RefusedError) unlock: this session does not hold that grant
-    ├── OutcomeUnknownError     an unlock or reset was sent but its answer was lost
-    ├── DisconnectedError       (also ConnectionError) the connection broke before the answer;
-    │                           the session resumes, the call may be made again
+    ├── OutcomeUnknownError     an unlock or reset (or a try-lock, past answer_timeout) lost its answer
+    ├── DisconnectedError       (also ConnectionError) the connection broke before the answer
+    │                           to a Ping or Close; the session resumes (a lock is reissued)
     ├── SessionLostError        the session ended without close(): every hold it had is gone
     └── SessionClosedError      the session was closed by close()
 """
@@ -118,7 +118,9 @@ class NotHeldError(RefusedError):
 class OutcomeUnknownError(LockingCenterError):
     """An unlock or a reset whose frame may have reached the server, but
     whose answer never came (the connection broke, or the call was given up
-    after sending).  It may or may not have taken effect.
+    after sending), or a session's try-lock with no answer within its
+    ``answer_timeout`` (a grant that comes later is given back).  It may or
+    may not have taken effect.
 
     It is never sent again blindly.  A session settles a lost unlock after
     its resume with an unlock naming the grant's token, which cannot release
@@ -127,10 +129,11 @@ class OutcomeUnknownError(LockingCenterError):
 
 
 class DisconnectedError(LockingCenterError, ConnectionError):
-    """A session's request was sent on a connection that broke before its
-    answer came.  The session goes on resuming, and the call may be made
-    again.  A lock or try-lock that fails so holds nothing: a grant the server
-    made meanwhile is given back by the session after the resume."""
+    """A session's Ping or Close was sent on a connection that broke before
+    its answer came.  The session goes on resuming.  A lock or try-lock is
+    not failed by a drop: it is reissued with its id after the resume (and
+    finds the grant the server made for it, if it made one); an unlock or a
+    reset raises :class:`OutcomeUnknownError` instead."""
 
 
 class SessionLostError(LockingCenterError):

@@ -17,14 +17,25 @@ How this implementation keeps the protocol's promises:
   sent sends Cancel and keeps the id pending; a grant that crossed the
   Cancel is unlocked again by its token.  An error from ``lock`` therefore
   always means nothing is held.
-- When the connection drops, the calls waiting on it fail with
-  :class:`DisconnectedError` (an unlock or reset with
-  :class:`OutcomeUnknownError`), and the session resumes with a growing,
-  jittered back-off for as long as its TTL allows.  After the resume, every
-  Lock or TryLock that was pending on the lost connection is settled with
-  an Unlock of that key (token 0) unless the program holds the key through
-  this session, before any new request: a ``+`` lost with the connection
-  leaves no key held by nobody.
+- A session is given one address or several (a cluster's nodes, a DNS
+  name with a record per node).  It connects to any that answers, tried in
+  a random order: every node of a cluster forwards to the leader.
+- When the connection drops (the node died, or stopped leading and closed
+  its clients' connections), the session resumes on any node, in rounds
+  with a growing, jittered back-off, for as long as its TTL allows.  Every
+  Lock and TryLock that was pending on the lost connection is sent again
+  after the resume with its old id, before anything else, in the order
+  they were first sent: the server answers a grant it made for that
+  request at once with its token (Reissue, docs/protocol.md), so a grant
+  whose answer was lost is returned, not waited for; otherwise the request
+  is carried out anew and its caller just goes on waiting.  The id of a
+  grant the program holds is never given to another request.  An unlock or
+  reset whose answer was lost raises :class:`OutcomeUnknownError` and is
+  never sent again (a lost unlock is settled after the resume by an Unlock
+  naming its token, which cannot release anything else); a Ping or Close
+  raises :class:`DisconnectedError`.  A Lock or TryLock whose caller gave up
+  may have been granted: after the resume it is unlocked again, so no key
+  is left held by nobody.
 - The holds are certain until the send time of the last answered request
   plus the TTL.  When that passes without a resume, or the server refuses
   the resume, the session is lost: :attr:`AsyncSession.done` resolves with a
@@ -38,13 +49,16 @@ import asyncio
 import logging
 import random
 import socket
+import ssl as _ssl
 import time
 from types import TracebackType
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Type, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Type, Union
 
+from . import _dial
 from . import _protocol as proto
+from ._dial import Addresses
 from ._holding import AwaitableHold
-from ._protocol import Address, SessionAction as A, SessionAnswer, Text
+from ._protocol import SessionAction as A, SessionAnswer, Text
 from .errors import (
     DisconnectedError,
     LockingCenterError,
@@ -84,7 +98,9 @@ _Result = Union[SessionAnswer, BaseException]
 class _Call:
     """One request of the session, from its queueing to its answer."""
 
-    __slots__ = ("action", "key", "token", "id", "sent", "sent_at", "dropped", "gave_up", "finished", "future", "internal")
+    __slots__ = (
+        "action", "key", "token", "id", "sent", "sent_at", "reissue", "dropped", "gave_up", "finished", "future", "internal",
+    )
 
     def __init__(
         self,
@@ -101,6 +117,9 @@ class _Call:
         self.id = 0  # given when the writer takes the call
         self.sent = False
         self.sent_at = 0.0
+        # A Lock or TryLock sent on a connection lost before its answer: it
+        # is sent again after the resume with the same id (Reissue).
+        self.reissue = False
         self.dropped = False  # given up before it was sent: the writer skips it
         self.gave_up = False  # the caller stopped waiting after it was sent
         self.finished = False  # the caller has its outcome (or gave up)
@@ -218,17 +237,26 @@ class AsyncSession:
             async with session.lock("invoices/2026-11", timeout=30) as grant:
                 write_invoices(fence=grant.token)
 
-    :param address: ``host:port`` (default ``$LC_ADDRESS``, then
-        ``localhost:22119``).
+    :param address: ``host:port``, or several (a cluster's nodes):
+        ``"a:22119,b:22119,c:22119"`` or a list; a name with several DNS
+        records counts as several (default ``$LC_ADDRESS``, then
+        ``localhost:22119``).  The session connects, and resumes, on any
+        that answers, tried in a random order.
     :param ttl: seconds the server keeps the session's holds after it last
         heard from it; ``None`` asks for the server's ``SESSION_TTL``.  The
         server clamps it to 1 s … 10 min; :attr:`ttl` is what it granted.
     :param source: who is asking (0..127 bytes; empty: the server uses the
         peer's IP address).
     :param auth_token: the server's ``AUTH_TOKEN``, when it has one.
-    :param connect_timeout: seconds allowed to connect and open (or resume).
+    :param connect_timeout: seconds allowed for each attempt to connect
+        and open (or resume) on one address.
     :param answer_timeout: seconds a request other than Lock waits for its
         answer (default 30); ``None`` waits as long as the session lives.
+    :param ssl: an :class:`ssl.SSLContext` for a server with ``TLS_CERT``
+        (``ssl.create_default_context(cafile=...)``, plus
+        ``load_cert_chain`` for one with ``TLS_CLIENT_CA``); ``None``: plain TCP.
+    :param server_hostname: the name the server's certificate must carry
+        (default: the host of the address connected to).
 
     Nothing is sent until :meth:`open` (or ``async with``).  All methods
     must be called from the event loop the session was opened on; use
@@ -237,17 +265,25 @@ class AsyncSession:
 
     def __init__(
         self,
-        address: Optional[Address] = None,
+        address: Optional[Addresses] = None,
         *,
         ttl: Optional[float] = None,
         source: Text = "",
         auth_token: Text = "",
         connect_timeout: float = 5.0,
         answer_timeout: Optional[float] = DEFAULT_ANSWER_TIMEOUT,
+        ssl: Optional[_ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
         from .client import _default_address
 
-        self._host, self._port = proto.parse_address(address if address is not None else _default_address())
+        self._targets = _dial.parse_addresses(address if address is not None else _default_address())
+        if ssl is not None and not isinstance(ssl, _ssl.SSLContext):
+            raise TypeError("ssl must be an ssl.SSLContext, not %s" % type(ssl).__name__)
+        self._tls = ssl
+        self._server_hostname = server_hostname
+        # The address the current (or last) connection went to.
+        self._where = ""
         self._source = source
         self._auth = auth_token
         if ttl is not None and ttl < 0:
@@ -270,8 +306,15 @@ class AsyncSession:
         # The calls written on the current connection awaiting their answer.
         self._pending: Dict[int, _Call] = {}
         self._next_id = 0
-        # Every grant the program holds through this session: key to token.
+        # Every grant the program holds through this session: key to token,
+        # and key to the id of the request that made it.
         self._held: Dict[bytes, int] = {}
+        self._held_id: Dict[bytes, int] = {}
+        # The ids no new request may take: those of the grants the program
+        # holds and of the Locks and TryLocks waiting to be reissued.
+        # Reissue finds a grant by its request's id, so an id reused while
+        # its grant is held would find the wrong request's.
+        self._reserved: Set[int] = set()
         # Grants the session may hold that nobody owns, unlocked after a resume.
         self._strays: List[_Stray] = []
         # When the latest answered request was sent (monotonic): the server
@@ -409,7 +452,9 @@ class AsyncSession:
             a grant that crossed it is unlocked again: an error means nothing
             is held.
         :raises ResetWhileWaitingError: the key or this source was reset meanwhile.
-        :raises DisconnectedError: the connection dropped while the Lock waited.
+        A Lock waiting when the connection drops goes on waiting: it is
+        reissued with its id after the resume (a grant made for it before
+        the drop is returned at once).
         :raises SessionLostError: the session was lost.
         """
         raw = proto.encode_key(key)
@@ -425,9 +470,17 @@ class AsyncSession:
 
     async def try_lock(self, key: Text) -> Optional[AsyncGrant]:
         """Take ``key`` if nobody holds it now (this session included); the
-        grant, or ``None`` when someone holds it."""
+        grant, or ``None`` when someone holds it.
+
+        A try-lock pending when the connection drops is reissued after the
+        resume (its grant, if one was made, is returned).
+
+        :raises OutcomeUnknownError: no answer within ``answer_timeout``
+            after it was sent; a grant that comes later is given back, so
+            nothing is held.
+        """
         raw = proto.encode_key(key)
-        answer = await self._round_trip(_Call(A.TRY_LOCK, raw), self.answer_timeout)
+        answer = await self._round_trip(_Call(A.TRY_LOCK, raw), self.answer_timeout, timeout_error=OutcomeUnknownError)
         if answer.status == proto.OK:
             return AsyncGrant(self, key, raw, answer.token)
         if answer.status == proto.NOT_WON:
@@ -481,7 +534,12 @@ class AsyncSession:
 
     def __repr__(self) -> str:
         state = "open" if self._error is None else type(self._error).__name__
-        return "AsyncSession(%s:%d, id=%016x, ttl=%g, %s)" % (self._host, self._port, self._id, self._ttl, state)
+        return "AsyncSession(%s, id=%016x, ttl=%g, %s)" % (_dial.describe(self._targets), self._id, self._ttl, state)
+
+    @property
+    def address(self) -> str:
+        """The address the session is (or was last) connected to."""
+        return self._where
 
     # -- calls ---------------------------------------------------------------
 
@@ -547,7 +605,7 @@ class AsyncSession:
         except TimeoutError:
             if timeout_error is LockTimeoutError:
                 raise LockTimeoutError("not granted within %gs" % timeout) from None  # type: ignore[str-format]
-            if c.sent and timeout_error is OutcomeUnknownError:
+            if (c.sent or c.reissue) and timeout_error is OutcomeUnknownError:
                 raise OutcomeUnknownError("no answer within %gs; the request may have taken effect" % timeout) from None  # type: ignore[str-format]
             raise UnreachableError("no answer within %gs" % timeout) from None  # type: ignore[str-format]
 
@@ -560,19 +618,26 @@ class AsyncSession:
                 answer = fut.result()
                 if c.action in (A.LOCK, A.TRY_LOCK) and answer.status == proto.OK:
                     if self._held.get(c.key) == answer.token:
-                        del self._held[c.key]
+                        self._forget_held(c.key)
                     self._enqueue(self._stray_unlock(_Stray(c.key, answer.token)))
             return
         c.finished = True
         if fut is not None and not fut.done():
             fut.cancel()
-        if not c.sent:
+        if not c.sent and not c.reissue:
             c.dropped = True  # nothing reached the server
         elif c.action == A.LOCK:
             c.gave_up = True
-            self._enqueue(_Call(A.CANCEL, token=c.id, internal=lambda r: None))
+            if c.sent:
+                self._enqueue(_Call(A.CANCEL, token=c.id, internal=lambda r: None))
+            # else its reissue goes out first, and its Cancel right after it (_take)
         else:
             c.gave_up = True  # a TryLock's '+' to come is given back on arrival
+
+    def _forget_held(self, key: bytes) -> None:
+        """The program no longer holds ``key``: its grant's id is free again."""
+        del self._held[key]
+        self._reserved.discard(self._held_id.pop(key, -1))
 
     def _enqueue(self, c: _Call) -> None:
         self._queue.append(c)
@@ -609,15 +674,44 @@ class AsyncSession:
 
     # -- connection ------------------------------------------------------------
 
-    async def _dial(self, resume: int, timeout: float):  # type: ignore[no-untyped-def]
-        """Connect and open (``resume`` 0: a new session); the streams, the
-        answer and when the open was sent."""
+    async def _dial(self, resume: int, timeout: float, deadline: Optional[float] = None):  # type: ignore[no-untyped-def]
+        """Connect to any address and open (``resume`` 0: a new session),
+        each address tried in turn within ``timeout`` seconds; the streams,
+        the answer and when the open was sent.
+
+        An address that does not connect, or connects and closes without
+        an answer (a node that has no leader to forward to, a node that
+        dies meanwhile), is passed over for the next; a ``-`` answer is the
+        cluster's and ends the attempt.
+        """
+        errors: List[str] = []
+        last: Optional[BaseException] = None
+        for ep in await _dial.resolve_async(self._targets, errors):
+            t = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if t <= 0:
+                errors.append("the session's TTL ran out")
+                break
+            try:
+                return await self._open_on(ep, resume, t)
+            except UnreachableError as e:
+                errors.append(str(e))
+                last = e.__cause__ or e
+        raise _dial.unreachable(self._targets, errors, last)
+
+    async def _open_on(self, ep: _dial.Endpoint, resume: int, timeout: float):  # type: ignore[no-untyped-def]
+        """Connect to one endpoint and open there."""
         frame = proto.encode_open(proto.SESSION_VERSION, self._ttl_ms, resume, self._source, self._auth)
-        where = "%s:%d" % (self._host, self._port)
+        where = ep.where
         writer: Optional[asyncio.StreamWriter] = None
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(self._host, self._port)
+                reader, writer = await asyncio.open_connection(
+                    ep.sockaddr[0],
+                    ep.sockaddr[1],
+                    family=ep.family,
+                    ssl=self._tls,
+                    server_hostname=(self._server_hostname or ep.name) if self._tls is not None else None,
+                )
                 _keepalive(writer.get_extra_info("socket"))
                 sent_at = time.monotonic()
                 writer.write(frame)
@@ -625,18 +719,19 @@ class AsyncSession:
                 data = await reader.readexactly(proto.ANSWER_SIZE)
         except TimeoutError:
             _abort(writer)
-            raise UnreachableError("opening a session on %s: no answer within %gs" % (where, timeout)) from None
+            raise UnreachableError("%s: no answer within %gs" % (where, timeout)) from None
         except asyncio.IncompleteReadError as e:
             _abort(writer)
             if e.partial[:1] == bytes((proto.FAIL,)) and len(e.partial) == 1:
                 raise RefusedError("%s refused the session (it answered '-' and closed: no session support?)" % where) from None
-            raise UnreachableError("opening a session on %s: the connection closed" % where) from None
-        except OSError as e:
+            raise UnreachableError("%s: the connection closed without an answer" % where) from None
+        except OSError as e:  # ssl.SSLError included: a certificate refused
             _abort(writer)
-            raise UnreachableError("cannot open a session on %s: %s" % (where, e)) from e
+            raise UnreachableError("%s: %s" % (where, e)) from e
         except BaseException:
             _abort(writer)
             raise
+        self._where = where
         answer = proto.decode_open_answer(data)
         if answer.status != proto.OK:
             _abort(writer)
@@ -718,6 +813,8 @@ class AsyncSession:
                 self._enqueue(self._stray_unlock(_Stray(c.key, a.token)))
             else:
                 self._held[c.key] = a.token
+                self._held_id[c.key] = c.id
+                self._reserved.add(c.id)
         self._complete(c, a)
         if c.action == A.CLOSE and a.status == proto.OK:
             self._close_ok = True
@@ -776,29 +873,45 @@ class AsyncSession:
             if c.action == A.CANCEL:
                 out += proto.encode_request(A.CANCEL, c.token, 0, b"")
                 continue
-            cid = self._next_id
-            while cid in self._pending:
-                cid = (cid + 1) & proto.MAX_ID
-            self._next_id = (cid + 1) & proto.MAX_ID
-            c.id = cid
-            self._pending[cid] = c
+            if c.reissue:
+                self._reserved.discard(c.id)
+            if not c.reissue or c.id in self._pending:
+                cid = self._next_id
+                while cid in self._pending or cid in self._reserved:
+                    cid = (cid + 1) & proto.MAX_ID
+                self._next_id = (cid + 1) & proto.MAX_ID
+                c.id = cid
+            self._pending[c.id] = c
             if c.action == A.UNLOCK and c.internal is None:
                 tok = self._held.get(c.key)
                 if tok is not None and c.token in (0, tok):
-                    del self._held[c.key]
-            out += proto.encode_request(c.action, cid, c.token, c.key)
+                    self._forget_held(c.key)
+            out += proto.encode_request(c.action, c.id, c.token, c.key)
+            if c.action == A.LOCK and c.gave_up:
+                # A reissue whose caller gave up before it went out: withdrawn
+                # at once (a grant it finds is given back when its '+' comes).
+                out += proto.encode_request(A.CANCEL, c.id, 0, b"")
         if len(rest) < len(self._queue):
             self._last_sent = now
         self._queue = rest
         return bytes(out)
 
     def _disconnected(self, cause: BaseException) -> None:
-        """Fail the calls that waited on the lost connection.  Its Locks and
-        TryLocks may have been granted: they become strays."""
-        why = "the session's connection broke (%s)" % (cause,)
+        """Settle the calls that waited on the lost connection: its Locks and
+        TryLocks are queued to be reissued with their ids, first, in the
+        order they were sent; the others fail."""
+        why = "the session's connection to %s broke (%s)" % (self._where, cause)
         pending, self._pending = self._pending, {}
+        reissue: List[_Call] = []
         for c in pending.values():
             if c.action in (A.LOCK, A.TRY_LOCK):
+                if c.internal is None and not c.gave_up:
+                    # Sent again with its id after the resume: the server
+                    # answers the grant it made for it, if it made one.
+                    c.sent, c.reissue = False, True
+                    self._reserved.add(c.id)
+                    reissue.append(c)
+                    continue
                 self._strays.append(_Stray(c.key, 0))
                 self._complete(c, DisconnectedError(why))
             elif c.action == A.UNLOCK:
@@ -810,20 +923,26 @@ class AsyncSession:
             else:
                 self._complete(c, DisconnectedError(why))
         self._ping = None
-        # Queued Cancels name Locks of the lost connection, now failed; a
-        # queued Ping is of no use to the next one.
-        self._queue = [c for c in self._queue if c.action not in (A.CANCEL, A.PING)]
+        # Queued Cancels name Locks of the lost connection (a reissue that
+        # was given up sends its own); a queued Ping is of no use to the
+        # next one.
+        rest = [c for c in self._queue if c.action not in (A.CANCEL, A.PING)]
+        reissue.sort(key=lambda c: c.sent_at)
+        self._queue = reissue + rest
 
     async def _resume(self):  # type: ignore[no-untyped-def]
-        """Reconnect until the server takes the session back, refuses it, or
-        the TTL has passed."""
+        """Reconnect, in rounds over every address, until a server takes the
+        session back, refuses it, or the TTL (counted from the send time of
+        the last answered request) has passed."""
         backoff = _MIN_BACKOFF
         while True:
             left = self._confirmed + self._ttl - time.monotonic()
             if left <= 0:
-                raise SessionLostError("session %016x lost: its TTL (%gs) passed without a resume" % (self._id, self._ttl))
+                raise SessionLostError(
+                    "session %016x lost: its TTL (%gs) passed without a resume (%s)" % (self._id, self._ttl, _dial.describe(self._targets))
+                )
             try:
-                reader, writer, _, sent_at = await self._dial(self._id, min(self.connect_timeout, left))
+                reader, writer, _, sent_at = await self._dial(self._id, self.connect_timeout, self._confirmed + self._ttl)
             except SessionLostError:
                 raise
             except LockingCenterError as e:
@@ -871,6 +990,8 @@ class AsyncSession:
                 self._complete(c, err)
         self._strays = []
         self._held.clear()
+        self._held_id.clear()
+        self._reserved.clear()
         if self._done is not None and not self._done.done():
             self._done.set_result(err)
         if self._wake is not None:

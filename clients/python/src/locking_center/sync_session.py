@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl as _ssl
 import threading
 from types import TracebackType
 from typing import Any, Coroutine, Optional, Type, TypeVar
 
-from ._protocol import Address, Text
+from ._dial import Addresses
+from ._protocol import Text
 from .cancel import CancelEvent, check_cancel
 from .errors import LockCancelledError, LockingCenterError, SessionClosedError, SessionLostError
 from .session import DEFAULT_ANSWER_TIMEOUT, AsyncGrant, AsyncSession
@@ -105,13 +107,15 @@ class Session:
 
     def __init__(
         self,
-        address: Optional[Address] = None,
+        address: Optional[Addresses] = None,
         *,
         ttl: Optional[float] = None,
         source: Text = "",
         auth_token: Text = "",
         connect_timeout: float = 5.0,
         answer_timeout: Optional[float] = DEFAULT_ANSWER_TIMEOUT,
+        ssl: Optional[_ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
     ) -> None:
         self._async = AsyncSession(
             address,
@@ -120,6 +124,8 @@ class Session:
             auth_token=auth_token,
             connect_timeout=connect_timeout,
             answer_timeout=answer_timeout,
+            ssl=ssl,
+            server_hostname=server_hostname,
         )
         # Guards _stopped: no coroutine is handed to the loop once it stops.
         self._lock = threading.Lock()
@@ -190,6 +196,11 @@ class Session:
     def ttl(self) -> float:
         """The TTL the server granted, in seconds."""
         return self._async.ttl
+
+    @property
+    def address(self) -> str:
+        """The address the session is (or was last) connected to."""
+        return self._async.address
 
     @property
     def error(self) -> Optional[LockingCenterError]:

@@ -19,12 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef MSG_NOSIGNAL
-#define LC_SEND_FLAGS MSG_NOSIGNAL
-#else
-#define LC_SEND_FLAGS 0
-#endif
-
 #define LC_DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define LC_DEFAULT_IO_TIMEOUT_MS 30000
 /* How long a call that gives up reads on for an answer already under way. */
@@ -49,6 +43,8 @@ const char *lc_strerror(lc_err err) {
     case LC_ERR_DISCONNECTED: return "session connection lost before the answer (the session is resuming)";
     case LC_ERR_SESSION_LOST: return "session lost: its holds are gone";
     case LC_ERR_SESSION_CLOSED: return "session closed";
+    case LC_ERR_TLS: return "TLS failed (certificate not trusted, wrong server name, client certificate refused, or a TLS file)";
+    case LC_ERR_UNSUPPORTED: return "not supported by this build (no TLS: built without OpenSSL)";
     }
     return "unknown error";
 }
@@ -78,6 +74,36 @@ static bool copy_part(char *dst, size_t cap, const char *src, size_t n) {
     return true;
 }
 
+/* Parses one address ("host:port", "host", "[v6]:port", "[v6]") of n bytes. */
+static bool parse_one(lc_address *out, const char *address, size_t n) {
+    const char *host = address, *port = LC_DEFAULT_PORT;
+    size_t hlen, plen = strlen(LC_DEFAULT_PORT);
+    const char *end = address + n;
+    if (n > 0 && address[0] == '[') {
+        const char *close = memchr(address, ']', n);
+        if (close == NULL) return false;
+        host = address + 1;
+        hlen = (size_t)(close - host);
+        if (close + 1 < end && close[1] == ':') {
+            port = close + 2;
+            plen = (size_t)(end - port);
+        } else if (close + 1 != end) {
+            return false;
+        }
+    } else {
+        const char *colon = memchr(address, ':', n);
+        if (colon != NULL && memchr(colon + 1, ':', (size_t)(end - colon - 1)) == NULL) {
+            hlen = (size_t)(colon - address);
+            port = colon + 1;
+            plen = (size_t)(end - port);
+        } else {
+            hlen = n; /* no port, or a bare IPv6 address */
+        }
+    }
+    return copy_part(out->host, sizeof out->host, host, hlen) && valid_port(port, plen) &&
+           copy_part(out->port, sizeof out->port, port, plen);
+}
+
 lc_err lc_client_init(lc_client *c, const char *address, const char *source) {
     if (c == NULL) {
         return LC_ERR_INVALID;
@@ -98,36 +124,24 @@ lc_err lc_client_init(lc_client *c, const char *address, const char *source) {
     if (address == NULL || address[0] == '\0') {
         address = "localhost";
     }
-    const char *host = address, *port = LC_DEFAULT_PORT;
-    size_t hlen, plen = strlen(LC_DEFAULT_PORT);
-    if (address[0] == '[') {
-        const char *close = strchr(address, ']');
-        if (close == NULL) {
+    /* A comma-separated list; spaces around each element are ignored. */
+    for (const char *p = address;;) {
+        while (*p == ' ') p++;
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        const char *last = end;
+        while (last > p && last[-1] == ' ') last--;
+        if (c->naddrs == LC_MAX_ADDRESSES || !parse_one(&c->addrs[c->naddrs], p, (size_t)(last - p))) {
+            memset(c->addrs, 0, sizeof c->addrs);
+            c->naddrs = 0;
             return LC_ERR_INVALID;
         }
-        host = address + 1;
-        hlen = (size_t)(close - host);
-        if (close[1] == ':') {
-            port = close + 2;
-            plen = strlen(port);
-        } else if (close[1] != '\0') {
-            return LC_ERR_INVALID;
-        }
-    } else {
-        const char *colon = strchr(address, ':');
-        if (colon != NULL && strchr(colon + 1, ':') == NULL) {
-            hlen = (size_t)(colon - address);
-            port = colon + 1;
-            plen = strlen(port);
-        } else {
-            hlen = strlen(address); /* no port, or a bare IPv6 address */
-        }
+        c->naddrs++;
+        if (comma == NULL) break;
+        p = comma + 1;
     }
-    if (!copy_part(c->host, sizeof c->host, host, hlen) || !valid_port(port, plen) ||
-        !copy_part(c->port, sizeof c->port, port, plen)) {
-        memset(c->host, 0, sizeof c->host);
-        return LC_ERR_INVALID;
-    }
+    memcpy(c->host, c->addrs[0].host, sizeof c->host);
+    memcpy(c->port, c->addrs[0].port, sizeof c->port);
     return LC_OK;
 }
 
@@ -289,191 +303,74 @@ lc_err lc__wait_fd(int fd, short events, int64_t deadline, const lc_cancel *canc
     }
 }
 
-static void close_keep_errno(int fd) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-}
-
 /*
- * Connects to the client's address before the earlier of the connect
- * timeout and the call's deadline. Returns LC_OK with *out set, or an error.
- */
-lc_err lc__dial(const lc_client *c, int64_t deadline, const lc_cancel *cancel, int *out) {
-    int64_t cdeadline = deadline_after(c->connect_timeout_ms);
-    bool call_deadline_first = deadline < cdeadline;
-    if (call_deadline_first) {
-        cdeadline = deadline;
-    }
-
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int gai = getaddrinfo(c->host, c->port, &hints, &res);
-    if (gai != 0) {
-        errno = gai == EAI_SYSTEM ? errno : EHOSTUNREACH;
-        return LC_ERR_UNREACHABLE;
-    }
-
-    lc_err result = LC_ERR_UNREACHABLE;
-    int last_errno = ECONNREFUSED;
-    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-        if (fd < 0) {
-            last_errno = errno;
-            continue;
-        }
-        if (lc__set_flags(fd) != 0) {
-            last_errno = errno;
-            close(fd);
-            continue;
-        }
-#ifdef SO_NOSIGPIPE
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
-#endif
-        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-        if (rc != 0 && errno != EINPROGRESS && errno != EINTR) {
-            last_errno = errno;
-            close(fd);
-            continue;
-        }
-        if (rc != 0) {
-            lc_err w = lc__wait_fd(fd, POLLOUT, cdeadline, cancel);
-            if (w == LC_ERR_TIMEOUT) {
-                close(fd);
-                result = call_deadline_first ? LC_ERR_TIMEOUT : LC_ERR_UNREACHABLE;
-                last_errno = ETIMEDOUT;
-                break;
-            }
-            if (w != LC_OK) {
-                close_keep_errno(fd);
-                result = w;
-                last_errno = errno;
-                break;
-            }
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) {
-                soerr = errno;
-            }
-            if (soerr != 0) {
-                last_errno = soerr;
-                close(fd);
-                continue;
-            }
-        }
-        freeaddrinfo(res);
-        *out = fd;
-        return LC_OK;
-    }
-    freeaddrinfo(res);
-    errno = last_errno;
-    return result;
-}
-
-/*
- * Reads the one-byte answer: waits for fd to be readable (before deadline,
- * unless cancel triggers), then receives a byte, retrying on EINTR/EAGAIN.
+ * Reads the one-byte answer before deadline (unless cancel triggers).
  * Returns LC_OK with *answer set; the wait's error (LC_ERR_TIMEOUT,
- * LC_ERR_CANCELED, LC_ERR_SYSTEM); or LC_ERR_UNREACHABLE at EOF (errno
- * ECONNRESET) or on a read error (errno from recv). Does not close fd.
+ * LC_ERR_CANCELED, LC_ERR_SYSTEM); LC_ERR_UNREACHABLE at EOF (errno
+ * ECONNRESET) or on a read error; LC_ERR_TLS. Does not close k.
  */
-static lc_err read_answer(int fd, int64_t deadline, const lc_cancel *cancel, uint8_t *answer) {
-    for (;;) {
-        lc_err e = lc__wait_fd(fd, POLLIN, deadline, cancel);
-        if (e != LC_OK) {
-            return e;
-        }
-        ssize_t n = recv(fd, answer, 1, 0);
-        if (n == 1) {
-            return LC_OK;
-        }
-        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-        }
-        return LC_ERR_UNREACHABLE;
-    }
+static lc_err read_answer(lc_conn *k, int64_t deadline, const lc_cancel *cancel, uint8_t *answer) {
+    size_t got = 0;
+    return lc__conn_recv(k, answer, 1, &got, deadline, cancel);
 }
 
 /*
  * Hangs up on a request whose frame was sent, for reason why (timeout,
  * cancel). Closing outright would discard a '+' the server sent just before
- * it noticed the hang-up, leaving the key held by nobody. So: shut down the
- * write side (the server reads EOF, withdraws the waiter and closes), then
- * read until that close, for at most LC_GIVE_UP_GRACE_MS. An answer that
- * arrives meanwhile is the call's answer (LC_OK with *answer set); else why
- * (grace over, or EOF / an error: the server withdrew the waiter). errno is
- * kept.
+ * it noticed the hang-up, leaving the key held by nobody. So: close the
+ * write side (TCP FIN, or TLS close_notify: the server reads EOF, withdraws
+ * the waiter and closes), then read until that close, for at most
+ * LC_GIVE_UP_GRACE_MS. An answer that arrives meanwhile is the call's answer
+ * (LC_OK with *answer set); else why (grace over, or EOF / an error: the
+ * server withdrew the waiter). errno is kept.
  */
-static lc_err give_up(int fd, lc_err why, uint8_t *answer) {
+static lc_err give_up(lc_conn *k, lc_err why, uint8_t *answer) {
     int saved = errno;
-    shutdown(fd, SHUT_WR);
+    lc__conn_hangup(k);
     /* No cancel token here: it stays triggered. */
-    lc_err e = read_answer(fd, lc__now_ms() + LC_GIVE_UP_GRACE_MS, NULL, answer);
-    close(fd);
+    lc_err e = read_answer(k, lc__now_ms() + LC_GIVE_UP_GRACE_MS, NULL, answer);
+    lc__conn_close(k);
     errno = saved;
     return e == LC_OK ? LC_OK : why;
 }
 
 /*
- * One request: connect, write the frame in one write, read one byte, close.
- * timeout_ms bounds the whole call (0: no limit). On timeout or cancel the
- * client hangs up (give_up), which withdraws a waiting lock on the server.
+ * One request: connect (any of the client's addresses), write the frame,
+ * read one byte, close. timeout_ms bounds the whole call (0: no limit). On
+ * timeout or cancel the client hangs up (give_up), which withdraws a waiting
+ * lock on the server.
  */
 static lc_err roundtrip(const lc_client *c, const uint8_t *frame, size_t len, int timeout_ms,
                         const lc_cancel *cancel, uint8_t *answer) {
-    if (c == NULL || c->host[0] == '\0') {
+    if (c == NULL || c->naddrs == 0 || c->naddrs > LC_MAX_ADDRESSES) {
         return LC_ERR_INVALID;
     }
     if (cancel != NULL && lc_cancel_triggered(cancel)) {
         return LC_ERR_CANCELED;
     }
     int64_t deadline = deadline_after(timeout_ms);
-    int fd = -1;
-    lc_err e = lc__dial(c, deadline, cancel, &fd);
+    lc_conn k;
+    lc_err e = lc__dial(c, deadline, cancel, &k);
     if (e != LC_OK) {
         return e;
     }
-
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, frame + off, len - off, LC_SEND_FLAGS);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            e = lc__wait_fd(fd, POLLOUT, deadline, cancel);
-            if (e != LC_OK) {
-                close_keep_errno(fd);
-                return e;
-            }
-            continue;
-        }
-        close_keep_errno(fd);
-        return LC_ERR_UNREACHABLE;
+    e = lc__conn_send(&k, frame, len, deadline, cancel);
+    if (e != LC_OK) {
+        lc__conn_close(&k);
+        return e;
     }
-
-    e = read_answer(fd, deadline, cancel, answer);
+    e = read_answer(&k, deadline, cancel, answer);
     if (e == LC_OK) {
-        close(fd);
+        lc__conn_close(&k);
         return LC_OK;
     }
-    if (e == LC_ERR_UNREACHABLE) {
-        close_keep_errno(fd);
+    if (e == LC_ERR_UNREACHABLE || e == LC_ERR_TLS) {
+        lc__conn_close(&k);
         return e;
     }
     /* Timeout, cancel or a failed wait: a granted key must not be reported
      * as not granted. */
-    return give_up(fd, e, answer);
+    return give_up(&k, e, answer);
 }
 
 /* lc_encode refuses a NULL or bad key, roundtrip a NULL client. */

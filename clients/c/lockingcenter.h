@@ -43,9 +43,9 @@ extern "C" {
 #endif
 
 /* Library version (the CMake package and pkg-config file carry the same). */
-#define LC_VERSION "0.2.0"
+#define LC_VERSION "0.3.0"
 #define LC_VERSION_MAJOR 0
-#define LC_VERSION_MINOR 2
+#define LC_VERSION_MINOR 3
 #define LC_VERSION_PATCH 0
 
 /* Public symbols are exported from the shared library; the rest is hidden. */
@@ -59,6 +59,8 @@ extern "C" {
 #define LC_DEFAULT_PORT "22119"
 /* Longest key or source, in bytes (the sizes are signed bytes on the wire). */
 #define LC_MAX_NAME 127
+/* Most addresses in one address list ("h1:p1,h2:p2,..."). */
+#define LC_MAX_ADDRESSES 16
 /* Longest frame: action, key size, key, source size, source. */
 #define LC_MAX_FRAME (3 + 2 * LC_MAX_NAME)
 
@@ -102,26 +104,80 @@ typedef enum lc_err {
      * answer never came (connection lost, or its timeout passed): it may or
      * may not have taken effect. It is never resent blindly. */
     LC_ERR_OUTCOME_UNKNOWN,
-    /* A session call whose request was sent on a connection that broke
-     * before the answer. The session is resuming; the call may be made
-     * again. A lock or trylock failing so holds nothing. */
+    /* A session ping or close whose request was sent on a connection that
+     * broke before the answer. The session is resuming; the call may be made
+     * again. (Locks and trylocks are reissued instead: see "Sessions".) */
     LC_ERR_DISCONNECTED,
     /* The session is lost: the server refused to resume it (expired, ended
      * from the web API) or its TTL passed without a resume. Every hold it had
      * is gone (or goes at the server's expiry). Every later call fails so. */
     LC_ERR_SESSION_LOST,
     /* The session was closed by lc_session_close. */
-    LC_ERR_SESSION_CLOSED
+    LC_ERR_SESSION_CLOSED,
+    /* TLS failed: the server's certificate is not signed by a trusted CA or
+     * does not name the server, the server refused this client's
+     * certificate (or its lack of one), or a TLS file could not be loaded. */
+    LC_ERR_TLS,
+    /* This build has no TLS (it was built without OpenSSL). */
+    LC_ERR_UNSUPPORTED
 } lc_err;
 
 /* A static English sentence for err; never NULL. */
 LC_API const char *lc_strerror(lc_err err);
 
+/* ---- TLS -----------------------------------------------------------------
+ *
+ * TLS (the server's TLS_CERT / TLS_KEY, and TLS_CLIENT_CA for mutual TLS) is
+ * OpenSSL's, when the library was built with it (CMake finds it with
+ * FindOpenSSL, the Makefile with pkg-config; a build without it works over
+ * plain TCP, lc_tls_available() says false and lc_tls_new gives
+ * LC_ERR_UNSUPPORTED). TLS 1.2 or later; the server's certificate must be
+ * signed by a trusted CA and name the server: the host of the address being
+ * connected to (a DNS name, or an IP address in the certificate's IP SANs),
+ * or server_name when it is set.
+ */
+typedef struct lc_tls lc_tls;
+
+typedef struct lc_tls_options {
+    /* PEM bundle of the CAs to trust; NULL: the system's. */
+    const char *ca_file;
+    /* Client certificate (chain) and its key, PEM, for mutual TLS; both or
+     * neither. */
+    const char *cert_file;
+    const char *key_file;
+    /* The name the server's certificate must carry, for every address;
+     * NULL: each address's own host. */
+    const char *server_name;
+} lc_tls_options;
+
+/* true when this build has TLS. */
+LC_API bool lc_tls_available(void);
+/* Zeroes o: the system's CAs, no client certificate, each address's host. */
+LC_API void lc_tls_options_init(lc_tls_options *o);
+/* Loads the files into a TLS configuration, which any number of clients and
+ * sessions (and threads) may share; free it with lc_tls_free once none uses
+ * it. LC_OK with *out; LC_ERR_TLS (a file does not load, or the key does not
+ * match the certificate); LC_ERR_INVALID; LC_ERR_UNSUPPORTED. */
+LC_API lc_err lc_tls_new(const lc_tls_options *o, lc_tls **out);
+LC_API void lc_tls_free(lc_tls *t);
+
+/* One address of a list. */
+typedef struct lc_address {
+    char host[256];
+    char port[32];
+} lc_address;
+
 /*
- * The client: an address and a source, given once. Plain data: it owns no
- * file descriptor or memory, needs no destroy call and may be copied.
+ * The client: its addresses and a source, given once. Plain data: it owns no
+ * file descriptor or memory, needs no destroy call and may be copied (tls,
+ * when set, is the caller's and must outlive its use).
+ *
+ * Several addresses (the nodes of a cluster, any of which answers): each
+ * call tries them in random order, every address a DNS name resolves to
+ * included, until one connects; each attempt has connect_timeout_ms.
  */
 typedef struct lc_client {
+    /* The first address of the list (as given). */
     char host[256];
     char port[32];
     char source[LC_MAX_NAME + 1];
@@ -131,13 +187,20 @@ typedef struct lc_client {
      * never wait in a queue, in milliseconds (default 30000, as in every
      * Locking-Center client; 0: no limit). */
     int io_timeout_ms;
+    /* Every address of the list, addrs[0] the first. */
+    size_t naddrs;
+    lc_address addrs[LC_MAX_ADDRESSES];
+    /* TLS configuration, or NULL for plain TCP (set it after init). */
+    lc_tls *tls;
 } lc_client;
 
 /*
- * Fills c. address is "host:port", "host" (port 22119), "[v6addr]:port" or
- * NULL for "localhost:22119". source names this requester (0..127 bytes of
- * UTF-8); NULL or "" lets the server use the peer IP address.
- * Returns LC_OK or LC_ERR_INVALID. Resolves nothing and connects nowhere.
+ * Fills c. address is "host:port", "host" (port 22119), "[v6addr]:port", a
+ * comma-separated list of those (at most LC_MAX_ADDRESSES, spaces around
+ * the commas allowed) or NULL for "localhost:22119". source names this
+ * requester (0..127 bytes of UTF-8); NULL or "" lets the server use the peer
+ * IP address. Returns LC_OK or LC_ERR_INVALID. Resolves nothing and connects
+ * nowhere; c->tls is NULL (plain TCP).
  */
 LC_API lc_err lc_client_init(lc_client *c, const char *address, const char *source);
 
@@ -238,9 +301,11 @@ LC_API lc_err lc_encode(uint8_t *buf, size_t cap, size_t *len, int action, const
  *   - the supervisor, for the session's life: it writes the queued requests
  *     (it is the connection's only writer), sends Ping when nothing was sent
  *     for a third of the TTL, notices a Ping unanswered for a third of the
- *     TTL, and after a dropped connection reconnects and resumes with a
- *     growing back-off (50 ms doubling to 1 s, with jitter) until the
- *     session's holds are no longer certain;
+ *     TTL, and after a dropped connection reconnects and resumes: each round
+ *     tries every address in random order (each attempt bounded by
+ *     connect_timeout_ms), with a growing back-off between rounds (50 ms
+ *     doubling to 1 s, with jitter), until the session's holds are no
+ *     longer certain;
  *   - a reader per connection: it reads the 13-byte answers and hands each
  *     to the call waiting for its id.
  *
@@ -253,17 +318,27 @@ LC_API lc_err lc_encode(uint8_t *buf, size_t cap, size_t *len, int action, const
  * lock's one answer; if the grant crossed the Cancel, the session unlocks it
  * by its token before the call returns.
  *
- * A dropped connection fails the calls waiting on it with
- * LC_ERR_DISCONNECTED (an unlock or reset with LC_ERR_OUTCOME_UNKNOWN);
- * calls made while the session resumes wait for the new connection. After a
- * resume the session unlocks, by token 0, every key a lost lock may have been
- * granted unless the program holds it through this session, and resends by
- * token a lost unlock (docs/protocol.md, "Writing a client").
+ * A dropped connection (a server restart, a cluster's leader change):
+ * locks and trylocks waiting on it are not failed; after the resume they are
+ * sent again with their old ids (Reissue, docs/protocol.md), so that a grant
+ * the server made whose answer was lost is found and returned with its
+ * token, and otherwise the request waits anew: the caller just goes on
+ * waiting. An unlock or reset waiting on it fails with
+ * LC_ERR_OUTCOME_UNKNOWN (it may have taken effect; it is never resent
+ * blindly), a ping or close with LC_ERR_DISCONNECTED; calls made while the
+ * session resumes wait for the new connection. After a resume the session
+ * unlocks by token 0 every key a lock it gave up on may have been granted,
+ * unless the program holds that key through this session, and sends a lost
+ * unlock again by its token, which can release nothing but that grant.
+ * While a grant is held, the id of the request that made it is never given
+ * to another request.
  *
  * Session lost: when a resume is refused or the holds are no longer certain
- * (the last answered request was sent a TTL ago), the session is lost: every
- * pending and later call fails with LC_ERR_SESSION_LOST, lc_session_state
- * returns it, lc_session_wait_end returns, and on_lost is called once.
+ * (the send time of the last answered request plus the TTL has passed: the
+ * server, or a cluster's new leader, may release them from then on), the
+ * session is lost: every pending and later call fails with
+ * LC_ERR_SESSION_LOST, lc_session_state returns it, lc_session_wait_end
+ * returns, and on_lost is called once.
  * ====================================================================== */
 
 /* Session request actions (actions 1..5 as in v1, plus these). */
@@ -287,7 +362,9 @@ typedef void (*lc_session_lost_fn)(lc_session *s, lc_err why, void *arg);
 
 /* Settings of lc_session_open. Fill with lc_session_options_init first. */
 typedef struct lc_session_options {
-    /* "host:port", "host", "[v6]:port"; NULL: localhost:22119. */
+    /* "host:port", "host", "[v6]:port", or a comma-separated list of them
+     * (a cluster's nodes: see "Several addresses" above); NULL:
+     * localhost:22119. */
     const char *address;
     /* Names this program (0..127 bytes); NULL or "": the server uses the IP. */
     const char *source;
@@ -305,6 +382,9 @@ typedef struct lc_session_options {
     /* Told when the session is lost; NULL for none. */
     lc_session_lost_fn on_lost;
     void *on_lost_arg;
+    /* TLS configuration (see lc_tls_new), or NULL for plain TCP. It must
+     * outlive the session. */
+    lc_tls *tls;
 } lc_session_options;
 
 /* Default settings: localhost:22119, no source, no auth, the server's TTL,
@@ -341,8 +421,9 @@ LC_API lc_err lc_session_wait_end(lc_session *s, int timeout_ms);
  * mutex does). timeout_ms <= 0: no limit. cancel: NULL or a token.
  * LC_OK with *token (may be NULL) the grant's fencing token; LC_ERR_RESET
  * (the key or this source was reset while waiting), LC_ERR_TIMEOUT,
- * LC_ERR_CANCELED, LC_ERR_DISCONNECTED, LC_ERR_SESSION_LOST,
- * LC_ERR_SESSION_CLOSED, LC_ERR_INVALID (key not 1..127 bytes).
+ * LC_ERR_CANCELED, LC_ERR_SESSION_LOST, LC_ERR_SESSION_CLOSED,
+ * LC_ERR_INVALID (key not 1..127 bytes). A dropped connection does not fail
+ * it: it is reissued after the resume.
  */
 LC_API lc_err lc_session_lock(lc_session *s, const char *key, int timeout_ms, lc_cancel *cancel,
                               uint64_t *token);

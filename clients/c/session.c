@@ -41,12 +41,16 @@
 /* Resume back-off: first wait, and its bound. */
 #define MIN_BACKOFF_MS 50
 #define MAX_BACKOFF_MS 1000
+/* Rounds over the addresses lc_session_open makes before it gives up. */
+#define OPEN_ROUNDS 3
 /* How long a lock that gave up waits for its one answer after Cancel. */
 #define CANCEL_GRACE_MS 2000
 /* Default close wait for the server's '+'. */
 #define CLOSE_TIMEOUT_MS 5000
 /* Buckets of the table of holds (key -> token). */
 #define HELD_BUCKETS 64
+/* Buckets of the set of reserved request ids. */
+#define ID_BUCKETS 256
 /* Bytes the writer gathers into one write. */
 #define WRITE_BUF 16384
 
@@ -54,7 +58,7 @@ typedef struct lc_call lc_call;
 
 struct lc_call {
     int action;
-    uint32_t id;    /* given when written */
+    uint32_t id;    /* given when first written; kept by a reissue */
     uint64_t token; /* request token (Unlock); for a Cancel, the id it names */
     char key[LC_MAX_NAME + 1];
 
@@ -65,6 +69,9 @@ struct lc_call {
     bool caller;   /* a program thread waits for it, or will read its outcome */
     bool dropped;  /* given up before it was written: the writer skips and frees it */
     bool gave_up;  /* the caller stopped waiting after it was written */
+    /* A Lock or TryLock written on a connection lost before its answer:
+     * queued again, to be sent with the same id after the resume. */
+    bool reissue;
     bool done;
     uint8_t status;
     uint64_t answer_token;
@@ -73,14 +80,21 @@ struct lc_call {
     lc_call *owner;
     pthread_cond_t cv;
     int wake[2]; /* a pipe when the caller also waits for an lc_cancel */
-    lc_call *next;
+    lc_call *next;  /* in the queue */
+    lc_call *snext; /* in its pending bucket */
 };
 
 typedef struct held {
     char key[LC_MAX_NAME + 1];
     uint64_t token;
+    uint32_t id; /* of the request that made the grant: reserved while held */
     struct held *next;
 } held;
+
+typedef struct idnode {
+    uint32_t id;
+    struct idnode *next;
+} idnode;
 
 typedef struct stray {
     char key[LC_MAX_NAME + 1];
@@ -100,6 +114,9 @@ struct lc_session {
     uint32_t ttl_ms;
     /* Triggered by lc_session_close: interrupts a connect during a resume. */
     lc_cancel stop;
+    /* The order of addresses: used by lc_session_open, then only by the
+     * supervisor thread (open_conn runs without mu). */
+    uint64_t rng_dial;
     pthread_t supervisor;
 
     pthread_mutex_t mu; /* guards every field below */
@@ -107,13 +124,14 @@ struct lc_session {
     pthread_cond_t wake;
     /* changed: the session ended, or a call returned while closing. */
     pthread_cond_t changed;
-    int fd; /* the connection, -1 between connections */
+    lc_conn conn; /* the connection; conn.fd -1 between connections */
     bool broken;
     bool reader_running;
     pthread_t reader;
     lc_call *qhead, *qtail;
-    lc_call *slots[MAX_PENDING]; /* pending calls by id % MAX_PENDING */
+    lc_call *slots[MAX_PENDING]; /* pending calls, chained by id % MAX_PENDING */
     size_t npending;
+    idnode *reserved[ID_BUCKETS]; /* ids no new request may take */
     uint32_t next_id;
     held *held[HELD_BUCKETS];
     stray *strays;
@@ -245,15 +263,7 @@ static bool valid_key(const char *key) {
     return n >= 1 && n <= LC_MAX_NAME;
 }
 
-static uint64_t next_rand(lc_session *s) {
-    /* xorshift64: jitter only, no secrecy needed. */
-    uint64_t x = s->rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s->rng = x;
-    return x;
-}
+static uint64_t next_rand(lc_session *s) { return lc__rand_next(&s->rng); }
 
 /* ---- calls ------------------------------------------------------------- */
 
@@ -298,6 +308,88 @@ static void push_front(lc_session *s, lc_call *c) {
     if (s->qtail == NULL) s->qtail = c;
 }
 
+/* ---- pending requests and reserved ids (mu held) ----------------------- */
+
+static lc_call *pending_find(lc_session *s, uint32_t id) {
+    for (lc_call *c = s->slots[id % MAX_PENDING]; c; c = c->snext) {
+        if (c->id == id) return c;
+    }
+    return NULL;
+}
+
+static void pending_add(lc_session *s, lc_call *c) {
+    lc_call **b = &s->slots[c->id % MAX_PENDING];
+    c->snext = *b;
+    *b = c;
+    s->npending++;
+}
+
+static void pending_remove(lc_session *s, lc_call *c) {
+    for (lc_call **p = &s->slots[c->id % MAX_PENDING]; *p; p = &(*p)->snext) {
+        if (*p == c) {
+            *p = c->snext;
+            c->snext = NULL;
+            s->npending--;
+            return;
+        }
+    }
+}
+
+/* Takes every pending call out of the table, chained through snext. */
+static lc_call *pending_take_all(lc_session *s) {
+    lc_call *all = NULL;
+    for (size_t i = 0; i < MAX_PENDING; i++) {
+        while (s->slots[i]) {
+            lc_call *c = s->slots[i];
+            s->slots[i] = c->snext;
+            c->snext = all;
+            all = c;
+        }
+    }
+    s->npending = 0;
+    return all;
+}
+
+/* Reserves id: no new request may take it. A grant the program holds was
+ * made by it (Reissue finds a grant by its request's id), or a queued
+ * reissue carries it. Allocation failure loses only the reservation: the
+ * server then answers a reused id '-' at worst for the grant's reissue. */
+static void reserve(lc_session *s, uint32_t id) {
+    idnode *n = malloc(sizeof *n);
+    if (n == NULL) return;
+    n->id = id;
+    n->next = s->reserved[id % ID_BUCKETS];
+    s->reserved[id % ID_BUCKETS] = n;
+}
+
+static void unreserve(lc_session *s, uint32_t id) {
+    for (idnode **p = &s->reserved[id % ID_BUCKETS]; *p; p = &(*p)->next) {
+        if ((*p)->id == id) {
+            idnode *n = *p;
+            *p = n->next;
+            free(n);
+            return;
+        }
+    }
+}
+
+static bool id_reserved(lc_session *s, uint32_t id) {
+    for (idnode *n = s->reserved[id % ID_BUCKETS]; n; n = n->next) {
+        if (n->id == id) return true;
+    }
+    return false;
+}
+
+static void reserved_clear(lc_session *s) {
+    for (size_t i = 0; i < ID_BUCKETS; i++) {
+        while (s->reserved[i]) {
+            idnode *n = s->reserved[i];
+            s->reserved[i] = n->next;
+            free(n);
+        }
+    }
+}
+
 /* ---- holds and strays (mu held) ---------------------------------------- */
 
 static size_t bucket(const char *key) {
@@ -312,16 +404,21 @@ static held **held_find(lc_session *s, const char *key) {
     return p;
 }
 
-static void held_put(lc_session *s, const char *key, uint64_t token) {
+static void held_put(lc_session *s, const char *key, uint64_t token, uint32_t id) {
     held **p = held_find(s, key);
     if (*p) {
+        unreserve(s, (*p)->id);
         (*p)->token = token;
+        (*p)->id = id;
+        reserve(s, id);
         return;
     }
     held *h = calloc(1, sizeof *h);
     if (h == NULL) return; /* only the stray cleanup's skip is lost */
     strcpy(h->key, key);
     h->token = token;
+    h->id = id;
+    reserve(s, id);
     *p = h;
 }
 
@@ -331,6 +428,7 @@ static void held_drop(lc_session *s, const char *key, uint64_t token) {
     if (*p && (token == 0 || (*p)->token == token)) {
         held *h = *p;
         *p = h->next;
+        unreserve(s, h->id);
         free(h);
     }
 }
@@ -343,6 +441,7 @@ static void held_clear(lc_session *s) {
             free(h);
         }
     }
+    reserved_clear(s);
 }
 
 static void stray_add(lc_session *s, const char *key, uint64_t token) {
@@ -394,10 +493,10 @@ static lc_call *stray_unlock(const char *key, uint64_t token, lc_call *owner) {
 
 /* An answer read from the connection. */
 static void deliver(lc_session *s, uint32_t id, uint8_t status, uint64_t token) {
-    lc_call *c = s->slots[id % MAX_PENDING];
-    if (c == NULL || c->id != id) return; /* no pending request: ignored */
-    s->slots[id % MAX_PENDING] = NULL;
-    if (s->npending-- >= MAX_PENDING - 1 && s->qhead) pthread_cond_signal(&s->wake);
+    lc_call *c = pending_find(s, id);
+    if (c == NULL) return; /* no pending request: ignored */
+    if (s->npending >= MAX_PENDING - 1 && s->qhead) pthread_cond_signal(&s->wake);
+    pending_remove(s, c);
     if (c->sent_at > s->confirmed) s->confirmed = c->sent_at;
     if ((c->action == LC_ACTION_LOCK || c->action == LC_ACTION_TRYLOCK) && status == '+') {
         if (c->gave_up) {
@@ -410,23 +509,38 @@ static void deliver(lc_session *s, uint32_t id, uint8_t status, uint64_t token) 
             }
             stray_add(s, c->key, token);
         } else {
-            held_put(s, c->key, token);
+            held_put(s, c->key, token, c->id);
         }
     }
     if (c->action == LC_ACTION_CLOSE && status == '+') s->close_ok = true;
     complete(s, c, status, token, LC_OK);
 }
 
-/* The connection is gone: fail what was waiting on it. Locks among them
- * may have been granted: they become strays, settled after the resume. */
+/* The connection is gone. Locks and TryLocks a program thread still waits
+ * for are queued again, first and in the order they were sent, to be
+ * reissued with their ids after the resume (the server answers a grant it
+ * made for one at once); the rest fail. A Lock given up on may have been
+ * granted: it becomes a stray, settled after the resume. */
 static void disconnected(lc_session *s) {
-    for (size_t i = 0; i < MAX_PENDING; i++) {
-        lc_call *c = s->slots[i];
-        if (c == NULL) continue;
-        s->slots[i] = NULL;
+    lc_call *reissue = NULL; /* sorted by sent_at, chained through next */
+    lc_call *all = pending_take_all(s);
+    while (all) {
+        lc_call *c = all;
+        all = c->snext;
+        c->snext = NULL;
         switch (c->action) {
         case LC_ACTION_LOCK:
         case LC_ACTION_TRYLOCK:
+            if (!c->internal && !c->gave_up) {
+                c->sent = false;
+                c->reissue = true;
+                reserve(s, c->id);
+                lc_call **p = &reissue;
+                while (*p && (*p)->sent_at <= c->sent_at) p = &(*p)->next;
+                c->next = *p;
+                *p = c;
+                break;
+            }
             stray_add(s, c->key, 0);
             complete(s, c, 0, 0, LC_ERR_DISCONNECTED);
             break;
@@ -445,7 +559,6 @@ static void disconnected(lc_session *s) {
             complete(s, c, 0, 0, LC_ERR_DISCONNECTED);
         }
     }
-    s->npending = 0;
     /* Queued Cancels name locks of the lost connection; a queued Ping is
      * of no use to the next one. */
     lc_call **p = &s->qhead;
@@ -461,6 +574,13 @@ static void disconnected(lc_session *s) {
         p = &c->next;
     }
     s->ping = NULL;
+    if (reissue) {
+        lc_call *last = reissue;
+        while (last->next) last = last->next;
+        last->next = s->qhead;
+        s->qhead = reissue;
+        if (s->qtail == NULL) s->qtail = last;
+    }
 }
 
 /* A resume succeeded: the unlocks of the strays go first, so that they reach
@@ -491,15 +611,14 @@ static bool finish(lc_session *s, lc_err err) {
     s->ended = true;
     s->err = err;
     s->reported = !(err == LC_ERR_SESSION_LOST && s->on_lost != NULL);
-    if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR); /* a blocked read or write ends now */
-    for (size_t i = 0; i < MAX_PENDING; i++) {
-        lc_call *c = s->slots[i];
-        if (c) {
-            s->slots[i] = NULL;
-            complete(s, c, 0, 0, err);
-        }
+    lc__conn_interrupt(&s->conn); /* a blocked read or write ends now */
+    lc_call *all = pending_take_all(s);
+    while (all) {
+        lc_call *c = all;
+        all = c->snext;
+        c->snext = NULL;
+        complete(s, c, 0, 0, err);
     }
-    s->npending = 0;
     while (s->qhead) {
         lc_call *c = s->qhead;
         s->qhead = c->next;
@@ -516,46 +635,7 @@ static bool finish(lc_session *s, lc_err err) {
 
 /* ---- connection -------------------------------------------------------- */
 
-static lc_err send_all_until(int fd, const uint8_t *b, size_t n, int64_t deadline,
-                             const lc_cancel *stop) {
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, b + off, n - off, SEND_FLAGS);
-        if (w > 0) {
-            off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            lc_err e = lc__wait_fd(fd, POLLOUT, deadline, stop);
-            if (e != LC_OK) return e;
-            continue;
-        }
-        return LC_ERR_UNREACHABLE;
-    }
-    return LC_OK;
-}
-
-/* Writes all of b to the (blocking) session socket. A send that times out
- * (SO_SNDTIMEO: a peer that stopped reading) or fails breaks the connection. */
-static bool write_blocking(int fd, const uint8_t *b, size_t n) {
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, b + off, n - off, SEND_FLAGS);
-        if (w > 0) {
-            off += (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else {
-            return false;
-        }
-    }
-    return true;
-}
-
-static void set_blocking_session_socket(int fd, uint32_t ttl_ms) {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+static void tune_session_socket(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -564,77 +644,100 @@ static void set_blocking_session_socket(int fd, uint32_t ttl_ms) {
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
 #endif
-    /* A write blocked this long means a dead peer: the connection is dropped. */
-    uint32_t ms = ttl_ms / 3 < 1000 ? 1000 : ttl_ms / 3;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 /*
- * Connects and sends an open (resume 0: a new session) before deadline.
- * LC_OK with *fd, the answer and the send time; LC_ERR_REFUSED when the
- * server answered '-'; LC_ERR_UNREACHABLE, LC_ERR_TIMEOUT, LC_ERR_CANCELED.
+ * Sends an open (resume 0: a new session) on the connection to address
+ * which, and reads the answer, before deadline. LC_OK with *k, the answer
+ * and the send time; LC_ERR_REFUSED when the server answered '-'; else why
+ * this address did not answer (LC_ERR_UNREACHABLE, LC_ERR_TLS,
+ * LC_ERR_TIMEOUT: deadline, LC_ERR_CANCELED, LC_ERR_PROTOCOL).
  */
-static lc_err open_conn(lc_session *s, uint64_t resume, int64_t deadline, int *fd,
-                        uint32_t *ttl_ms, uint64_t *id, int64_t *sent_at) {
+static lc_err open_at(lc_session *s, size_t which, uint64_t resume, int64_t deadline,
+                      lc_conn *k, uint32_t *ttl_ms, uint64_t *id, int64_t *sent_at) {
     uint8_t frame[LC_SESSION_OPEN_MAX];
     size_t len = 0;
     lc_err e = lc_session_encode_open(frame, sizeof frame, &len, 1, s->ttl_asked, resume,
                                       s->source, s->auth);
     if (e != LC_OK) return e;
-    int c = -1;
-    e = lc__dial(&s->addr, deadline, &s->stop, &c);
-    if (e != LC_OK) return e;
-    int64_t odeadline = lc__now_ms() + s->addr.connect_timeout_ms;
-    if (deadline < odeadline) odeadline = deadline;
+    /* One attempt: the connect, the handshake and the answer within the
+     * connect timeout (a node with no leader holds a connection up to its
+     * LEADER_WAIT, then closes it: the next address is tried). */
+    int64_t until = lc__now_ms() + s->addr.connect_timeout_ms;
+    bool call_first = deadline < until;
+    if (call_first) until = deadline;
+    e = lc__connect_address(&s->addr, which, until, &s->stop, &s->rng_dial, k);
+    if (e != LC_OK) return e == LC_ERR_TIMEOUT && !call_first ? LC_ERR_UNREACHABLE : e;
     *sent_at = lc__now_ms();
-    e = send_all_until(c, frame, len, odeadline, &s->stop);
+    e = lc__conn_send(k, frame, len, until, &s->stop);
     uint8_t ans[LC_SESSION_OPEN_ANSWER_SIZE];
     size_t got = 0;
     while (e == LC_OK && got < sizeof ans) {
-        e = lc__wait_fd(c, POLLIN, odeadline, &s->stop);
-        if (e != LC_OK) break;
-        ssize_t n = recv(c, ans + got, sizeof ans - got, 0);
-        if (n > 0) {
-            got += (size_t)n;
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
-            e = LC_ERR_UNREACHABLE;
-        }
+        size_t n = 0;
+        e = lc__conn_recv(k, ans + got, sizeof ans - got, &n, until, &s->stop);
+        got += n;
     }
     if (got >= 1 && ans[0] == '-') {
         /* Refused; a server without sessions answers one '-' and closes. */
-        close(c);
+        lc__conn_close(k);
         return LC_ERR_REFUSED;
     }
     if (e != LC_OK) {
-        close(c);
-        return e == LC_ERR_TIMEOUT ? LC_ERR_UNREACHABLE : e;
+        lc__conn_close(k);
+        return e == LC_ERR_TIMEOUT && !call_first ? LC_ERR_UNREACHABLE : e;
     }
     uint8_t status;
     lc_session_decode_open_answer(ans, &status, ttl_ms, id);
     if (status != '+' || *ttl_ms == 0 || *id == 0 || (resume != 0 && *id != resume)) {
-        close(c);
+        lc__conn_close(k);
         return LC_ERR_PROTOCOL;
     }
-    set_blocking_session_socket(c, *ttl_ms);
-    *fd = c;
+    tune_session_socket(k->fd);
     return LC_OK;
+}
+
+/*
+ * One round over every address, in random order, until one answers the
+ * open. LC_OK with *k; LC_ERR_REFUSED (an answer '-': the server's word,
+ * not retried elsewhere); LC_ERR_TIMEOUT (deadline) or LC_ERR_CANCELED;
+ * else LC_ERR_TLS when an address failed so, LC_ERR_UNREACHABLE.
+ */
+static lc_err open_conn(lc_session *s, uint64_t resume, int64_t deadline, lc_conn *k,
+                        uint32_t *ttl_ms, uint64_t *id, int64_t *sent_at) {
+    size_t order[LC_MAX_ADDRESSES];
+    lc__shuffle(order, s->addr.naddrs, &s->rng_dial);
+    lc_err result = LC_ERR_UNREACHABLE;
+    for (size_t i = 0; i < s->addr.naddrs; i++) {
+        lc_err e = open_at(s, order[i], resume, deadline, k, ttl_ms, id, sent_at);
+        switch (e) {
+        case LC_OK:
+        case LC_ERR_REFUSED:
+        case LC_ERR_TIMEOUT:
+        case LC_ERR_CANCELED:
+        case LC_ERR_SYSTEM:
+        case LC_ERR_INVALID:
+            return e;
+        case LC_ERR_TLS:
+            result = e;
+            break;
+        default:
+            break;
+        }
+    }
+    return result;
 }
 
 /* The reader of one connection: matches answers to calls by id until the
  * connection fails or is shut down. */
 static void *reader_main(void *arg) {
     lc_session *s = arg;
-    pthread_mutex_lock(&s->mu);
-    int fd = s->fd;
-    pthread_mutex_unlock(&s->mu);
+    lc_conn *k = &s->conn; /* replaced only after this thread is joined */
     uint8_t buf[64 * LC_SESSION_ANSWER_SIZE];
     size_t have = 0;
     for (;;) {
-        ssize_t n = recv(fd, buf + have, sizeof buf - have, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        have += (size_t)n;
+        size_t n = 0;
+        if (lc__conn_recv(k, buf + have, sizeof buf - have, &n, LC_NO_DEADLINE, NULL) != LC_OK) break;
+        have += n;
         size_t off = 0;
         pthread_mutex_lock(&s->mu);
         for (; have - off >= LC_SESSION_ANSWER_SIZE; off += LC_SESSION_ANSWER_SIZE) {
@@ -664,12 +767,14 @@ static size_t take(lc_session *s, uint8_t *buf, size_t cap, int64_t now) {
         lc_call *c = *p;
         if (c->dropped) {
             *p = c->next;
+            if (c->reissue) unreserve(s, c->id);
             free_call(c);
             continue;
         }
         size_t limit = c->action == LC_ACTION_PING ? MAX_PENDING : MAX_PENDING - 1;
+        /* Room for the request and a Cancel after it. */
         if ((c->action != LC_ACTION_CANCEL && s->npending >= limit) ||
-            cap - len < LC_SESSION_REQUEST_MAX) {
+            cap - len < LC_SESSION_REQUEST_MAX + LC_SESSION_REQUEST_MAX) {
             last = c;
             p = &c->next;
             continue;
@@ -683,8 +788,18 @@ static size_t take(lc_session *s, uint8_t *buf, size_t cap, int64_t now) {
             free_call(c); /* never answered */
             continue;
         }
-        while (s->slots[s->next_id % MAX_PENDING] != NULL) s->next_id++;
-        c->id = s->next_id++;
+        bool keep_id = false;
+        if (c->reissue) {
+            /* Sent again with its old id, reserved until now (a pending
+             * request cannot carry it; the check is a guard). */
+            unreserve(s, c->id);
+            c->reissue = false;
+            keep_id = pending_find(s, c->id) == NULL;
+        }
+        if (!keep_id) {
+            while (pending_find(s, s->next_id) != NULL || id_reserved(s, s->next_id)) s->next_id++;
+            c->id = s->next_id++;
+        }
         if (lc_session_encode_request(buf + len, cap - len, &n, c->action, c->id, c->token,
                                       c->key) != LC_OK) {
             *p = c->next; /* keys were checked by the caller: cannot happen */
@@ -694,9 +809,14 @@ static size_t take(lc_session *s, uint8_t *buf, size_t cap, int64_t now) {
         len += n;
         c->sent = true;
         c->sent_at = now;
-        s->slots[c->id % MAX_PENDING] = c;
-        s->npending++;
+        pending_add(s, c);
         if (c->action == LC_ACTION_UNLOCK && !c->internal) held_drop(s, c->key, c->token);
+        if (c->action == LC_ACTION_LOCK && c->gave_up) {
+            /* A reissue whose caller gave up before it went out: withdrawn at
+             * once (a grant it finds is given back when its '+' comes). */
+            lc_session_encode_request(buf + len, cap - len, &n, LC_ACTION_CANCEL, c->id, 0, NULL);
+            len += n;
+        }
         *p = c->next;
     }
     s->qtail = last;
@@ -708,6 +828,8 @@ static size_t take(lc_session *s, uint8_t *buf, size_t cap, int64_t now) {
  * ends. mu held on entry and on return. */
 static void serve(lc_session *s, uint8_t *buf) {
     int64_t every = s->ttl_ms / 3;
+    /* A write blocked this long means a dead peer: the connection is dropped. */
+    int64_t write_timeout = every < 1000 ? 1000 : every;
     while (!s->ended && !s->broken) {
         int64_t now = lc__now_ms();
         if (s->ping && s->ping->sent && now - s->ping->sent_at >= every) {
@@ -720,11 +842,10 @@ static void serve(lc_session *s, uint8_t *buf) {
         }
         size_t len = take(s, buf, WRITE_BUF, now);
         if (len > 0) {
-            int fd = s->fd;
             pthread_mutex_unlock(&s->mu);
-            bool ok = write_blocking(fd, buf, len);
+            lc_err e = lc__conn_send(&s->conn, buf, len, now + write_timeout, NULL);
             pthread_mutex_lock(&s->mu);
-            if (!ok) s->broken = true;
+            if (e != LC_OK) s->broken = true;
             continue; /* what was queued during the write goes next */
         }
         int64_t wake;
@@ -742,7 +863,7 @@ static void serve(lc_session *s, uint8_t *buf) {
 }
 
 static void stop_reader(lc_session *s) {
-    if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+    lc__conn_interrupt(&s->conn);
     if (s->reader_running) {
         pthread_t r = s->reader;
         s->reader_running = false;
@@ -750,8 +871,7 @@ static void stop_reader(lc_session *s) {
         pthread_join(r, NULL);
         pthread_mutex_lock(&s->mu);
     }
-    if (s->fd >= 0) close(s->fd);
-    s->fd = -1;
+    lc__conn_close(&s->conn);
 }
 
 static bool start_reader(lc_session *s) {
@@ -771,23 +891,22 @@ static lc_err resume(lc_session *s) {
         int64_t deadline = s->confirmed + s->ttl_ms;
         if (lc__now_ms() >= deadline) return LC_ERR_SESSION_LOST;
         pthread_mutex_unlock(&s->mu);
-        int fd = -1;
+        lc_conn k;
         uint32_t ttl;
         uint64_t id;
         int64_t sent_at = 0;
-        lc_err e = open_conn(s, s->id, deadline, &fd, &ttl, &id, &sent_at);
+        lc_err e = open_conn(s, s->id, deadline, &k, &ttl, &id, &sent_at);
         pthread_mutex_lock(&s->mu);
         if (e == LC_OK) {
             if (s->ended) {
-                close(fd);
+                lc__conn_close(&k);
                 return s->err;
             }
-            s->fd = fd;
+            s->conn = k;
             resumed(s, sent_at);
             pthread_cond_broadcast(&s->changed);
             if (!start_reader(s)) {
-                close(fd);
-                s->fd = -1;
+                lc__conn_close(&s->conn);
                 return LC_ERR_SYSTEM;
             }
             return LC_OK;
@@ -871,7 +990,9 @@ lc_err lc_session_open(const lc_session_options *o, lc_session **out) {
     s->io_timeout_ms = o->io_timeout_ms;
     s->on_lost = o->on_lost;
     s->on_lost_arg = o->on_lost_arg;
-    s->fd = -1;
+    s->addr.tls = o->tls;
+    s->rng_dial = lc__rand_seed();
+    lc__conn_init(&s->conn);
     if (lc_cancel_init(&s->stop) != LC_OK) {
         free(s);
         return LC_ERR_SYSTEM;
@@ -882,9 +1003,19 @@ lc_err lc_session_open(const lc_session_options *o, lc_session **out) {
         free(s);
         return LC_ERR_SYSTEM;
     }
-    int fd = -1;
+    lc_conn k;
     int64_t sent_at = 0;
-    e = open_conn(s, 0, LC_NO_DEADLINE, &fd, &s->ttl_ms, &s->id, &sent_at);
+    /* OPEN_ROUNDS rounds over the addresses, with the back-off between. */
+    int64_t backoff = MIN_BACKOFF_MS;
+    for (int round = 1;; round++) {
+        e = open_conn(s, 0, LC_NO_DEADLINE, &k, &s->ttl_ms, &s->id, &sent_at);
+        if (e != LC_ERR_UNREACHABLE && e != LC_ERR_PROTOCOL) break;
+        if (round == OPEN_ROUNDS) break;
+        int64_t wait = backoff / 2 + (int64_t)(lc__rand_next(&s->rng_dial) % (uint64_t)(backoff / 2 + 1));
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff *= 2;
+    }
     if (e == LC_ERR_TIMEOUT || e == LC_ERR_PROTOCOL) e = LC_ERR_UNREACHABLE;
     if (e != LC_OK) {
         pthread_cond_destroy(&s->wake);
@@ -896,7 +1027,7 @@ lc_err lc_session_open(const lc_session_options *o, lc_session **out) {
     }
     s->rng = s->id | 1;
     s->confirmed = s->last_sent = sent_at;
-    s->fd = fd;
+    s->conn = k;
     pthread_mutex_lock(&s->mu);
     bool ok = start_reader(s);
     pthread_mutex_unlock(&s->mu);
@@ -907,7 +1038,7 @@ lc_err lc_session_open(const lc_session_options *o, lc_session **out) {
         ok = false;
     }
     if (!ok) {
-        if (s->fd >= 0) close(s->fd);
+        lc__conn_close(&s->conn);
         pthread_cond_destroy(&s->wake);
         pthread_cond_destroy(&s->changed);
         pthread_mutex_destroy(&s->mu);
@@ -933,7 +1064,7 @@ lc_err lc_session_state(lc_session *s) {
 bool lc_session_connected(lc_session *s) {
     if (s == NULL) return false;
     pthread_mutex_lock(&s->mu);
-    bool c = !s->ended && s->fd >= 0 && !s->broken;
+    bool c = !s->ended && s->conn.fd >= 0 && !s->broken;
     pthread_mutex_unlock(&s->mu);
     return c;
 }
@@ -1011,8 +1142,10 @@ static lc_err roundtrip(lc_session *s, int action, const char *key, uint64_t req
         /* A wake byte without done cannot happen; loop. */
     }
     if (!c->done) {
-        /* Giving up. */
-        if (!c->sent) {
+        /* Giving up. A reissue waiting for the resume may find a grant made
+         * before the drop: it goes out all the same, a Lock's Cancel right
+         * behind it (take), and a grant it finds is given back. */
+        if (!c->sent && !c->reissue) {
             c->dropped = true; /* nothing reached the server; the writer frees it */
             c->caller = false;
             leave(s);
@@ -1021,8 +1154,10 @@ static lc_err roundtrip(lc_session *s, int action, const char *key, uint64_t req
         }
         c->gave_up = true;
         if (action == LC_ACTION_LOCK) {
-            lc_call *x = new_call(LC_ACTION_CANCEL, NULL, c->id, true);
-            if (x) enqueue(s, x);
+            if (c->sent) {
+                lc_call *x = new_call(LC_ACTION_CANCEL, NULL, c->id, true);
+                if (x) enqueue(s, x);
+            }
             /* The lock's one answer comes one round trip later: wait for it,
              * so that a grant that crossed the Cancel is released first. */
             int64_t grace = lc__now_ms() + CANCEL_GRACE_MS;
@@ -1164,7 +1299,7 @@ lc_err lc_session_close(lc_session *s, int timeout_ms) {
             break;
         }
         /* Disconnected: wait for the resume (or the loss) and send it again. */
-        while (!s->ended && (s->fd < 0 || s->broken) && lc__now_ms() < deadline) {
+        while (!s->ended && (s->conn.fd < 0 || s->broken) && lc__now_ms() < deadline) {
             timed_wait(&s->changed, &s->mu, deadline);
         }
         if (lc__now_ms() >= deadline) {

@@ -8,10 +8,14 @@
 #    LC_TEST_WEB_ADDRESS, LC_SERVER_BIN) and skip themselves without them.
 # 2. The package, checked as a user installs it: cmake --install into a
 #    temporary prefix (the C library and the C++ header); a fresh project
-#    made of the README's CMakeLists.txt (find_package(lockingcenter_cpp 0.2))
-#    and its quick-start builds and runs against the server (0.3 must be
+#    made of the README's CMakeLists.txt (find_package(lockingcenter_cpp 0.3))
+#    and its quick-start builds and runs against the server (0.4 must be
 #    refused); the
-#    same program built with `pkg-config lockingcenter-cpp` only.
+#    same program built with `pkg-config lockingcenter-cpp` only; the README's
+#    cluster and TLS examples built so and run against the fixture's cluster
+#    and TLS servers (LC_TEST_CLUSTER, LC_TEST_TLS_ADDRESS, ...; the suite's
+#    Cluster.* and Tls.* cases need them too: they skip loudly without them,
+#    and fail under CI=true).
 # Last line: "cpp: N passed, N failed, N skipped" summed over all of it.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -54,6 +58,8 @@ run_build() {
   (cd "$dir" && ctest -j 2 --output-on-failure) >"$dir/ctest.log" 2>&1
   local rc=$?
   cat "$dir/ctest.log"
+  # What the cluster cases measured: the failover time the client saw.
+  grep -h -e 'failover:' -e 'lost answer:' "$dir/Testing/Temporary/LastTest.log" 2>/dev/null | sed "s|^ *|$dir: |"
   [ "$rc" -eq 0 ] || status=1
   local line total f s
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$dir/ctest.log" | tail -n 1)
@@ -64,9 +70,9 @@ run_build() {
   passed=$((passed + total - f - s)); failed=$((failed + f)); skipped=$((skipped + s))
 }
 
-run_build build -DCMAKE_INSTALL_PREFIX="$here/build/prefix"
-run_build build-asan -DLC_SANITIZE=address
-run_build build-tsan -DLC_SANITIZE=thread
+run_build build -DLC_WITH_TLS=ON -DCMAKE_INSTALL_PREFIX="$here/build/prefix"
+run_build build-asan -DLC_WITH_TLS=ON -DLC_SANITIZE=address
+run_build build-tsan -DLC_WITH_TLS=ON -DLC_SANITIZE=thread
 
 # ---- the package, as a user installs it --------------------------------
 echo "== package"
@@ -83,7 +89,7 @@ cp "$work/main.cpp" "$work/cmake-project/main.cpp"
 cp "$work/main.cpp" "$work/cmake-too-new/main.cpp"
 # The README's CMakeLists.txt, verbatim: its first cmake block.
 awk '/^```cmake/{p=1; next} p && /^```/{exit} p' README.md >"$work/cmake-project/CMakeLists.txt"
-sed 's/lockingcenter_cpp 0.2 REQUIRED/lockingcenter_cpp 0.3 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
+sed 's/lockingcenter_cpp 0.3 REQUIRED/lockingcenter_cpp 0.4 REQUIRED/' "$work/cmake-project/CMakeLists.txt" >"$work/cmake-too-new/CMakeLists.txt"
 
 run_quickstart() { # name binary
   if [ -z "${LC_TEST_ADDRESS:-}" ]; then
@@ -99,30 +105,66 @@ run_quickstart() { # name binary
 
 if cmake -S "$work/cmake-project" -B "$work/cmake-project/build" -DCMAKE_PREFIX_PATH="$prefix" \
      >"$work/cmake-project.log" 2>&1 && cmake --build "$work/cmake-project/build" >>"$work/cmake-project.log" 2>&1; then
-  pass "find_package(lockingcenter_cpp 0.2) in a fresh project"
+  pass "find_package(lockingcenter_cpp 0.3) in a fresh project"
   run_quickstart "quick-start (CMake)" "$work/cmake-project/build/app"
 else
-  cat "$work/cmake-project.log"; fail "find_package(lockingcenter_cpp 0.2) in a fresh project"
+  cat "$work/cmake-project.log"; fail "find_package(lockingcenter_cpp 0.3) in a fresh project"
 fi
 if cmake -S "$work/cmake-too-new" -B "$work/cmake-too-new/build" -DCMAKE_PREFIX_PATH="$prefix" \
      >"$work/cmake-too-new.log" 2>&1; then
-  fail "find_package(lockingcenter_cpp 0.3) accepted version 0.2.0"
+  fail "find_package(lockingcenter_cpp 0.4) accepted version 0.3.0"
 else
-  pass "find_package(lockingcenter_cpp 0.3) refused (the version file works)"
+  pass "find_package(lockingcenter_cpp 0.4) refused (the version file works)"
 fi
 
 if command -v pkg-config >/dev/null 2>&1; then
   pc=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1)
-  if [ "$(PKG_CONFIG_PATH=$pc pkg-config --modversion lockingcenter-cpp 2>/dev/null)" = "0.2.0" ] &&
+  if [ "$(PKG_CONFIG_PATH=$pc pkg-config --modversion lockingcenter-cpp 2>/dev/null)" = "0.3.0" ] &&
      c++ -std=c++17 -o "$work/quickstart-pc" "$work/main.cpp" $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs lockingcenter-cpp) \
        -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir lockingcenter)" 2>"$work/pc.log"; then
-    pass "pkg-config lockingcenter-cpp 0.2.0 builds the quick-start"
+    pass "pkg-config lockingcenter-cpp 0.3.0 builds the quick-start"
     run_quickstart "quick-start (pkg-config)" "$work/quickstart-pc"
   else
     cat "$work/pc.log" 2>/dev/null; fail "pkg-config lockingcenter-cpp"
   fi
 else
   echo "skip pkg-config: not installed"; skipped=$((skipped + 1))
+fi
+
+# ---- the README's cluster and TLS examples -------------------------------
+in_ci() { [ "${CI:-}" = "true" ]; }
+run_example() { # name marker env...
+  local name=$1 marker=$2; shift 2
+  awk -v m="<!-- $marker -->" '$0 == m {f=1; next} f && /^```cpp/{p=1; next} p && /^```/{exit} p' README.md >"$work/$marker.cpp"
+  if [ ! -s "$work/$marker.cpp" ]; then fail "README $marker not found"; return; fi
+  local pc out
+  pc=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1)
+  if ! c++ -std=c++17 -o "$work/$marker" "$work/$marker.cpp" $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs lockingcenter-cpp) \
+       -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir lockingcenter)" 2>"$work/$marker.log"; then
+    cat "$work/$marker.log"; fail "README $name does not build"; return
+  fi
+  if out=$(env "$@" "$work/$marker" 2>&1) && grep -q 'fencing token' <<<"$out"; then
+    pass "README $name ran: $out"
+  else
+    echo "$out"; fail "README $name did not run"
+  fi
+}
+if [ -n "${LC_TEST_CLUSTER:-}" ]; then
+  run_example "cluster example" cluster-example LC_CLUSTER="$LC_TEST_CLUSTER"
+elif in_ci; then
+  fail "README cluster example: LC_TEST_CLUSTER not set under CI=true"
+else
+  echo "SKIP README cluster example: LC_TEST_CLUSTER not set"; skipped=$((skipped + 1))
+fi
+if [ -n "${LC_TEST_TLS_ADDRESS:-}" ] && [ -n "${LC_TEST_MTLS_ADDRESS:-}" ]; then
+  d=${LC_TEST_TLS_DIR:-}
+  run_example "TLS example" tls-example LC_ADDRESS="$LC_TEST_TLS_ADDRESS" LC_TLS_CA="$d/ca.pem"
+  run_example "TLS example (mutual TLS)" tls-example LC_ADDRESS="$LC_TEST_MTLS_ADDRESS" \
+    LC_TLS_CA="$d/ca.pem" LC_TLS_CERT="$d/client.pem" LC_TLS_KEY="$d/client-key.pem"
+elif in_ci; then
+  fail "README TLS example: LC_TEST_TLS_ADDRESS not set under CI=true"
+else
+  echo "SKIP README TLS example: LC_TEST_TLS_ADDRESS not set"; skipped=$((skipped + 1))
 fi
 
 echo "cpp: $passed passed, $failed failed, $skipped skipped"

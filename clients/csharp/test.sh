@@ -64,6 +64,65 @@ elif [ -n "${LC_TEST_ADDRESS:-}" ] && [ $# -eq 0 ]; then
   fi
 fi
 
+# The README's cluster and TLS examples, verbatim, built like the quick start and run against the
+# fixture (a failure counts as one failed test; without the fixture they skip, but fail under CI=true).
+examples_failed=0 examples_passed=0 examples_skipped=0
+own_tls=()
+stop_own_tls() { for pid in "${own_tls[@]}"; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done; }
+trap stop_own_tls EXIT
+example() { # marker class env...
+  local marker=$1 class=$2; shift 2
+  awk -v b="<!-- $marker -->" -v e="<!-- /$marker -->" '$0 == b {f=1; next} $0 == e {f=0} f && !/^```/' README.md >"$out/$class.cs"
+  if ! grep -q "class $class" "$out/$class.cs" || ! mcs -langversion:7 -out:"$out/$class.exe" -r:"$out/LockingCenter.dll" "$out/$class.cs"; then
+    echo "example: the README's $marker did not compile"; examples_failed=$((examples_failed + 1)); return
+  fi
+  local eout
+  if eout=$(cd "$out" && env "$@" timeout 60 mono "$class.exe" 2>&1) && grep -q 'with token [0-9]' <<<"$eout"; then
+    echo "example: $marker: $eout"; examples_passed=$((examples_passed + 1))
+  else
+    echo "$eout"; echo "example: the README's $marker failed"; examples_failed=$((examples_failed + 1))
+  fi
+}
+missing() { # name
+  if [ "${CI:-}" = "true" ]; then echo "example: $1 not set under CI=true"; examples_failed=$((examples_failed + 1));
+  else echo "SKIP example: $1 not set"; examples_skipped=$((examples_skipped + 1)); fi
+}
+if [ $# -eq 0 ]; then
+  if [ -n "${LC_TEST_CLUSTER:-}" ]; then example cluster-example ClusterExample LC_CLUSTER="$LC_TEST_CLUSTER"; else missing LC_TEST_CLUSTER; fi
+  if [ -n "${LC_TEST_TLS_ADDRESS:-}" ] && [ -n "${LC_TEST_MTLS_ADDRESS:-}" ] && [ -n "${LC_TEST_TLS_DIR:-}" ]; then
+    tdir=$LC_TEST_TLS_DIR tls=$LC_TEST_TLS_ADDRESS mtls=$LC_TEST_MTLS_ADDRESS
+    if openssl x509 -in "$tdir/ca.pem" -noout -text | grep -q id-ecPublicKey; then
+      # Mono cannot verify ECDSA certificates: RSA ones, and TLS servers of our own.
+      tdir=$(pwd)/$out/tls; rm -rf "$tdir"; mkdir -p "$tdir"
+      (cd "$tdir" && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >san.cnf && printf 'extendedKeyUsage=clientAuth\n' >client.cnf &&
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=lc-cs-ca &&
+        openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=localhost &&
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server.pem -days 2 -extfile san.cnf &&
+        openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj /CN=lc-cs-client &&
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out client.pem -days 2 -extfile client.cnf) >/dev/null 2>&1
+      port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+      tp=$(port); mp=$(port)
+      BIND_ADDRESS=127.0.0.1:$tp WEB_ADDRESS=off TLS_CERT=$tdir/server.pem TLS_KEY=$tdir/server-key.pem "$LC_SERVER_BIN" >"$tdir/tls.log" 2>&1 &
+      own_tls+=($!)
+      BIND_ADDRESS=127.0.0.1:$mp WEB_ADDRESS=off TLS_CERT=$tdir/server.pem TLS_KEY=$tdir/server-key.pem TLS_CLIENT_CA=$tdir/ca.pem "$LC_SERVER_BIN" >"$tdir/mtls.log" 2>&1 &
+      own_tls+=($!)
+      for _ in $(seq 1 100); do
+        (exec 3<>/dev/tcp/127.0.0.1/$tp) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/$mp) 2>/dev/null && break
+        sleep 0.1
+      done
+      tls=127.0.0.1:$tp mtls=127.0.0.1:$mp
+      echo "example: the fixture's certificates are ECDSA, which Mono cannot verify: the TLS example runs against RSA servers of its own"
+    fi
+    openssl pkcs12 -export -keypbe PBE-SHA1-3DES -certpbe PBE-SHA1-3DES -macalg sha1 -passout pass:example \
+      -in "$tdir/client.pem" -inkey "$tdir/client-key.pem" -out "$out/client.p12"
+    example tls-example TlsExample LC_ADDRESS="$tls" LC_TLS_CA="$tdir/ca.pem"
+    example tls-example TlsExample LC_ADDRESS="$mtls" LC_TLS_CA="$tdir/ca.pem" LC_TLS_CLIENT_P12="$(pwd)/$out/client.p12" LC_TLS_CLIENT_P12_PASSWORD=example
+  else
+    missing LC_TEST_TLS_ADDRESS
+  fi
+  stop_own_tls; own_tls=()
+fi
+
 (cd "$out" && mono --debug LockingCenter.Tests.exe "$@") >"$out/tests.log" 2>&1
 rc=$?
 grep -v '^[0-9]* passed, ' "$out/tests.log"
@@ -75,5 +134,6 @@ if [ -z "${passed:-}" ]; then
 fi
 # The quick start counts as one test when it was built (and run, with a server).
 if [ "$quick" -ne 0 ]; then failed=$((failed + 1)); else passed=$((passed + 1)); fi
+passed=$((passed + examples_passed)); failed=$((failed + examples_failed)); skipped=$((skipped + examples_skipped))
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -63,4 +63,16 @@ pub fn build(b: *std.Build) void {
     const run_example = b.addRunArtifact(example);
     if (b.args) |args| run_example.addArgs(args);
     b.step("example", "Run examples/example.zig (args: ADDRESS)").dependOn(&run_example.step);
+
+    const cluster_example = b.addExecutable(.{
+        .name = "cluster-example",
+        .root_module = b.createModule(.{
+            .root_source_file = b.path("examples/cluster.zig"),
+            .target = target,
+            .optimize = optimize,
+            .imports = &.{.{ .name = "locking_center", .module = mod }},
+        }),
+    });
+    const run_cluster = b.addRunArtifact(cluster_example);
+    b.step("cluster-example", "Run examples/cluster.zig (the nodes in $LC_CLUSTER)").dependOn(&run_cluster.step);
 }

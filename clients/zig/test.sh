@@ -72,13 +72,33 @@ else
   pkg_passed=0 pkg_failed=0
 fi
 
+# The README's cluster example is examples/cluster.zig, verbatim, run against
+# the fixture's cluster (one more test; without the fixture a skip, a failure
+# under CI=true).
+ex_passed=0 ex_failed=0 ex_skipped=0
+awk '/<!-- cluster-example -->/ {q=1; next} q && /^```zig/ {p=1; next} p && /^```/ {exit} p' README.md >"$log.cluster.zig"
+if ! cmp -s "$log.cluster.zig" examples/cluster.zig; then
+  echo "cluster example: the README block differs from examples/cluster.zig"; ex_failed=1 rc=1
+elif [ -n "${LC_TEST_CLUSTER:-}" ]; then
+  if out=$(LC_CLUSTER="$LC_TEST_CLUSTER" python3 -m ziglang build cluster-example 2>&1) && grep -q 'with token [0-9]' <<<"$out"; then
+    echo "cluster example: $out"; ex_passed=1
+  else
+    echo "$out"; echo "cluster example FAILED"; ex_failed=1 rc=1
+  fi
+elif [ "${CI:-}" = "true" ]; then
+  echo "cluster example: LC_TEST_CLUSTER not set under CI=true"; ex_failed=1 rc=1
+else
+  echo "SKIP cluster example: LC_TEST_CLUSTER not set"; ex_skipped=1
+fi
+rm -f "$log.cluster.zig"
+
 # "Build Summary: 6/6 steps succeeded; 31/33 tests passed; 2 skipped; 1 failed"
 line=$(grep 'Build Summary:' "$log" | tail -n 1)
 passed=$(sed -n 's#.* \([0-9][0-9]*\)/[0-9][0-9]* tests passed.*#\1#p' <<<"$line")
 skipped=$(sed -n 's#.*tests passed.*; \([0-9][0-9]*\) skipped.*#\1#p' <<<"$line")
 failed=$(sed -n 's#.*tests passed.*; \([0-9][0-9]*\) failed.*#\1#p' <<<"$line")
 passed=${passed:-0} skipped=${skipped:-0} failed=${failed:-0}
-passed=$((passed + pkg_passed)) failed=$((failed + pkg_failed))
+passed=$((passed + pkg_passed + ex_passed)) failed=$((failed + pkg_failed + ex_failed)) skipped=$((skipped + ex_skipped))
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "zig build test exited $rc (a build step failed before its tests ran)"
   failed=1

@@ -50,6 +50,10 @@ int queue_length(const char *key);
 /* Polls the web API until key has want waiters; true when seen. */
 bool wait_queue(const char *key, int want, int timeout_ms);
 
+/* One HTTP/1.0 request to web (host:port): the status (-1: no answer), the
+ * body in out. */
+int http(const char *web, const char *method, const char *path, char *out, size_t cap);
+
 /* The session tests' table. */
 typedef struct {
     const char *name;
@@ -57,5 +61,8 @@ typedef struct {
 } test_case;
 extern const test_case session_tests[];
 extern const size_t session_test_count;
+/* The cluster and TLS tests' table. */
+extern const test_case cluster_tests[];
+extern const size_t cluster_test_count;
 
 #endif

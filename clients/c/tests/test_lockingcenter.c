@@ -849,25 +849,30 @@ int main(int argc, char **argv) {
     const char *rid = getenv("LC_TEST_RUN_ID");
     if (rid && rid[0]) snprintf(run_id, sizeof run_id, "%s", rid);
     else snprintf(run_id, sizeof run_id, "%ld-%ld", (long)getpid(), (long)(now_ms() % 1000000));
-    size_t nv1 = sizeof tests / sizeof tests[0];
-    size_t n = nv1 + session_test_count;
+    /* The three tables, one after the other. */
+    const test_case *tables[3] = {NULL, session_tests, cluster_tests};
+    size_t counts[3] = {sizeof tests / sizeof tests[0], session_test_count, cluster_test_count};
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n; i++) puts(i < nv1 ? tests[i].name : session_tests[i - nv1].name);
+        for (size_t t = 0; t < 3; t++) {
+            for (size_t i = 0; i < counts[t]; i++) puts(t == 0 ? tests[i].name : tables[t][i].name);
+        }
         return 0;
     }
     int passed = 0, failed = 0, skipped = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *name = i < nv1 ? tests[i].name : session_tests[i - nv1].name;
-        int (*fn)(void) = i < nv1 ? tests[i].fn : session_tests[i - nv1].fn;
-        if (argc > 1 && strcmp(argv[1], name) != 0) continue;
-        failures = 0;
-        int rc = fn();
-        if (rc == 0 && failures) rc = 1;
-        printf("%-4s %s\n", rc == 0 ? "ok" : rc == SKIP ? "skip" : "FAIL", name);
-        if (rc == 0) passed++;
-        else if (rc == SKIP) skipped++;
-        else failed++;
-        if (argc > 1) return rc;
+    for (size_t t = 0; t < 3; t++) {
+        for (size_t i = 0; i < counts[t]; i++) {
+            const char *name = t == 0 ? tests[i].name : tables[t][i].name;
+            int (*fn)(void) = t == 0 ? tests[i].fn : tables[t][i].fn;
+            if (argc > 1 && strcmp(argv[1], name) != 0) continue;
+            failures = 0;
+            int rc = fn();
+            if (rc == 0 && failures) rc = 1;
+            printf("%-4s %s\n", rc == 0 ? "ok" : rc == SKIP ? "skip" : "FAIL", name);
+            if (rc == 0) passed++;
+            else if (rc == SKIP) skipped++;
+            else failed++;
+            if (argc > 1) return rc;
+        }
     }
     if (argc > 1) {
         fprintf(stderr, "no test named %s\n", argv[1]);

@@ -19,6 +19,13 @@
 //   and stays held after the program exits, until an unlock or a reset.
 //   A client is immutable after construction and may be shared by threads.
 //
+// Both take one address or several ("h1:p1,h2:p2,h3:p3": a cluster's nodes,
+// any of which answers; a DNS name with several records counts as several),
+// tried in random order. A session rides through a cluster's failover: it
+// resumes through any node within its TTL and reissues its waiting locks
+// with their ids (lockingcenter.h, "Sessions"). TLS (tls_config) is the C
+// library's, over OpenSSL, when it was built with it.
+//
 // Errors: every exception is a lockingcenter::error, which is a
 // std::system_error whose code() is in lockingcenter::category() (values of
 // lockingcenter::errc, the C library's lc_err). Compare with
@@ -84,6 +91,8 @@ enum class errc : int {
     disconnected = LC_ERR_DISCONNECTED,
     session_lost = LC_ERR_SESSION_LOST,
     session_closed = LC_ERR_SESSION_CLOSED,
+    tls = LC_ERR_TLS,
+    unsupported = LC_ERR_UNSUPPORTED,
 };
 
 namespace detail {
@@ -162,8 +171,8 @@ LC_CPP_ERROR(system_error, error, system)
 /// An unlock or reset whose answer was lost: it may have taken effect. It is
 /// never resent blindly.
 LC_CPP_ERROR(outcome_unknown_error, error, outcome_unknown)
-/// A session call whose connection dropped before the answer; the session
-/// is resuming and the call may be made again. A lock failing so holds nothing.
+/// A session ping or close whose connection dropped before the answer; the
+/// session is resuming. (Locks and try_locks are reissued instead.)
 LC_CPP_ERROR(disconnected_error, error, disconnected)
 /// The session is lost (expired, ended from the web API, or unreachable past
 /// its TTL): every hold it had is gone.
@@ -172,6 +181,11 @@ LC_CPP_ERROR(session_lost_error, error, session_lost)
 LC_CPP_ERROR(session_closed_error, error, session_closed)
 /// Session try_lock in the scoped form: someone holds the key.
 LC_CPP_ERROR(not_won_error, error, not_won)
+/// TLS failed: the server's certificate is not trusted or does not name it,
+/// the server refused this client's certificate, or a TLS file did not load.
+LC_CPP_ERROR(tls_error, error, tls)
+/// This build has no TLS (the C library was built without OpenSSL).
+LC_CPP_ERROR(unsupported_error, error, unsupported)
 #undef LC_CPP_ERROR
 
 namespace detail {
@@ -196,6 +210,8 @@ namespace detail {
     case LC_ERR_DISCONNECTED: throw disconnected_error(msg);
     case LC_ERR_SESSION_LOST: throw session_lost_error(msg);
     case LC_ERR_SESSION_CLOSED: throw session_closed_error(msg);
+    case LC_ERR_TLS: throw tls_error(msg);
+    case LC_ERR_UNSUPPORTED: throw unsupported_error(msg);
     case LC_OK: break;
     }
     throw protocol_error(msg);
@@ -342,15 +358,62 @@ inline answer decode_answer(const std::uint8_t* b) {
     return a;
 }
 
+// ---- TLS ------------------------------------------------------------------------
+
+/// Files and name of a TLS configuration (SPEC §2: the server's TLS_CERT,
+/// TLS_KEY and, for mutual TLS, TLS_CLIENT_CA).
+struct tls_options {
+    /// PEM bundle of the CAs to trust; empty: the system's.
+    std::string ca_file;
+    /// Client certificate (chain) and key, PEM, for mutual TLS; both or neither.
+    std::string cert_file;
+    std::string key_file;
+    /// The name the server's certificate must carry; empty: the host of each
+    /// address (a DNS name, or an IP address among its IP SANs).
+    std::string server_name;
+};
+
+/// A loaded TLS configuration (the C library's lc_tls: OpenSSL, TLS 1.2 or
+/// later). Copies share it; clients and sessions keep a copy, so it lives as
+/// long as they do. A default-constructed one means plain TCP.
+class tls_config {
+public:
+    tls_config() = default;
+    /// Loads the files. Throws tls_error (a file does not load, the key does
+    /// not match), invalid_argument_error, unsupported_error (no TLS in this build).
+    explicit tls_config(const tls_options& o) {
+        lc_tls_options c;
+        lc_tls_options_init(&c);
+        c.ca_file = o.ca_file.empty() ? nullptr : o.ca_file.c_str();
+        c.cert_file = o.cert_file.empty() ? nullptr : o.cert_file.c_str();
+        c.key_file = o.key_file.empty() ? nullptr : o.key_file.c_str();
+        c.server_name = o.server_name.empty() ? nullptr : o.server_name.c_str();
+        lc_tls* t = nullptr;
+        detail::check("lockingcenter: TLS configuration", [&] { return lc_tls_new(&c, &t); });
+        t_ = std::shared_ptr<lc_tls>(t, lc_tls_free);
+    }
+    /// true when this build has TLS (the C library found OpenSSL).
+    static bool available() noexcept { return lc_tls_available(); }
+    /// true when this is a TLS configuration (not plain TCP).
+    explicit operator bool() const noexcept { return t_ != nullptr; }
+    /// The C configuration, or nullptr.
+    lc_tls* native() const noexcept { return t_.get(); }
+
+private:
+    std::shared_ptr<lc_tls> t_;
+};
+
 // ---- v1 client ------------------------------------------------------------------
 
-/// Timeouts of a v1 client.
+/// Timeouts and TLS of a v1 client.
 struct options {
-    /// Time allowed for the TCP connect.
+    /// Time allowed for each TCP connect (and TLS handshake) attempt.
     std::chrono::milliseconds connect_timeout{5000};
     /// Time allowed for the answer of unlock, try_lock and the resets, which
     /// never wait in a queue (zero: no limit). 30 s in every Locking-Center client.
     std::chrono::milliseconds io_timeout{30000};
+    /// TLS; default: plain TCP.
+    tls_config tls;
 };
 
 /// v1: one request per TCP connection (lc_lock and friends). Immutable once
@@ -360,7 +423,8 @@ public:
     /// localhost:22119, no source.
     client() : client("localhost") {}
 
-    /// address: "host:port", "host" (port 22119) or "[v6addr]:port".
+    /// address: "host:port", "host" (port 22119), "[v6addr]:port", or a
+    /// comma-separated list of them (each call tries them in random order).
     /// source: 0..127 bytes of UTF-8 naming this requester; empty lets the
     /// server use the peer IP. Throws invalid_argument_error; connects nowhere.
     explicit client(std::string_view address, std::string source = {}, options opts = {})
@@ -370,10 +434,22 @@ public:
         if (e != LC_OK) throw invalid_argument_error("lockingcenter: bad address \"" + a + "\"");
         c_.connect_timeout_ms = detail::to_ms(opts_.connect_timeout);
         c_.io_timeout_ms = detail::to_ms(opts_.io_timeout);
+        c_.tls = opts_.tls.native();
     }
 
+    /// The first address's host and port.
     std::string host() const { return c_.host; }
     std::string port() const { return c_.port; }
+    /// Every address, "host:port" ("[v6]:port" for IPv6), in the order given.
+    std::vector<std::string> addresses() const {
+        std::vector<std::string> out;
+        for (std::size_t i = 0; i < c_.naddrs; i++) {
+            std::string h = c_.addrs[i].host;
+            if (h.find(':') != std::string::npos) h = "[" + h + "]";
+            out.push_back(h + ":" + c_.addrs[i].port);
+        }
+        return out;
+    }
     const std::string& source() const noexcept { return source_; }
     const options& opts() const noexcept { return opts_; }
     /// The C client, for lc_* calls.
@@ -533,7 +609,8 @@ struct session_options {
     /// TTL asked for; zero asks for the server's SESSION_TTL (10 s by
     /// default). The server clamps it to 1 s .. 10 min.
     std::chrono::milliseconds ttl{0};
-    /// Time allowed for a connect and the open's answer.
+    /// Time allowed for each attempt: a connect, the TLS handshake and the
+    /// open's answer, to one address.
     std::chrono::milliseconds connect_timeout{5000};
     /// Time allowed for the answer of try_lock, unlock and the resets
     /// (zero: no limit). Lock waits as long as its own timeout says.
@@ -542,6 +619,8 @@ struct session_options {
     /// session's own thread: keep it short, do not destroy or close the
     /// session from it. Exceptions it throws are swallowed.
     std::function<void(const session_lost_error&)> on_lost;
+    /// TLS; default: plain TCP.
+    tls_config tls;
 };
 
 /// A session: one connection shared by every thread, answers matched by
@@ -551,11 +630,12 @@ struct session_options {
 /// moved from, closed or destroyed.
 class session {
 public:
-    /// Opens a session on address ("host:port"; empty: localhost:22119).
-    /// Throws invalid_argument_error, unreachable_error, refused_error
-    /// (wrong AUTH_TOKEN, connection limit, no session support), system_error.
+    /// Opens a session on address ("host:port", or a comma-separated list:
+    /// any that answers; empty: localhost:22119). Throws
+    /// invalid_argument_error, unreachable_error, refused_error (wrong
+    /// AUTH_TOKEN, connection limit, no session support), tls_error, system_error.
     explicit session(std::string_view address = {}, session_options opts = {})
-        : cb_(std::make_unique<callback>()) {
+        : cb_(std::make_unique<callback>()), tls_(opts.tls) {
         auto a = detail::c_string(address, "address");
         auto src = detail::c_string(opts.source, "source"), auth = detail::c_string(opts.auth, "auth");
         cb_->fn = std::move(opts.on_lost);
@@ -571,16 +651,19 @@ public:
         o.io_timeout_ms = detail::to_ms(opts.io_timeout);
         o.on_lost = &session::lost_trampoline;
         o.on_lost_arg = cb_.get();
+        o.tls = tls_.native();
         detail::check("lockingcenter: open session at " + (a.empty() ? std::string("localhost:22119") : a),
                       [&] { return lc_session_open(&o, &s_); });
     }
 
-    session(session&& o) noexcept : s_(std::exchange(o.s_, nullptr)), cb_(std::move(o.cb_)) {}
+    session(session&& o) noexcept
+        : s_(std::exchange(o.s_, nullptr)), cb_(std::move(o.cb_)), tls_(std::move(o.tls_)) {}
     session& operator=(session&& o) noexcept {
         if (this != &o) {
             lc_session_close(s_, 0);
             s_ = std::exchange(o.s_, nullptr);
             cb_ = std::move(o.cb_);
+            tls_ = std::move(o.tls_);
         }
         return *this;
     }
@@ -613,8 +696,9 @@ public:
     /// Waits in FIFO order (this session's other locks included) and returns
     /// the grant's fencing token. Throws reset_error, timeout_error,
     /// canceled_error (the waiter was withdrawn; a grant that crossed the
-    /// Cancel was unlocked), disconnected_error, session_lost_error,
-    /// session_closed_error, invalid_argument_error. A throw means nothing is held.
+    /// Cancel was unlocked), session_lost_error, session_closed_error,
+    /// invalid_argument_error. A throw means nothing is held. A dropped
+    /// connection does not end it: it is reissued after the resume.
     std::uint64_t lock(std::string_view key) { return lock_impl(key, {}, nullptr); }
     std::uint64_t lock(std::string_view key, std::chrono::milliseconds timeout) { return lock_impl(key, timeout, nullptr); }
     std::uint64_t lock(std::string_view key, const cancel_token& cancel) { return lock_impl(key, {}, &cancel); }
@@ -700,6 +784,8 @@ private:
     lc_session* s_ = nullptr;
     // Heap-held so that the C library's pointer to it survives a move.
     std::unique_ptr<callback> cb_;
+    // Kept for the C session's life (it points to it).
+    tls_config tls_;
 };
 
 /// RAII hold of a key through a session, carrying the grant's fencing token:

@@ -192,6 +192,8 @@ pub fn connectHost(gpa: std.mem.Allocator, address: []const u8, timeout_ns: u64)
         else => return error.Unreachable,
     };
     defer list.deinit();
+    // A name with several records (a cluster's nodes): any of them, in random order.
+    std.crypto.random.shuffle(std.net.Address, list.addrs);
     for (list.addrs) |a| {
         if (connectAddress(a, timeout_ns)) |sock| return sock else |_| {}
     }

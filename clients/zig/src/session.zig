@@ -8,10 +8,19 @@
 //!   the Lock's one answer; a grant that crossed the Cancel is released by
 //!   its token, so an error from `lock` always means nothing is held.
 //! - Ping goes out whenever nothing was sent for a third of the TTL.
-//! - A dropped connection is resumed with a growing back-off while the TTL
-//!   allows; calls pending on it fail with error.Disconnected (an Unlock or
-//!   a reset with error.OutcomeUnknown), and after the resume the session
-//!   releases any grant lost with the connection.
+//! - The address may be a list ("h1:p1,h2:p2,h3:p3": a cluster's nodes, any
+//!   of which answers); each round tries every address in random order,
+//!   every address a name resolves to included, each attempt (connect and
+//!   the open's answer) within connect_timeout_ns.
+//! - A dropped connection (a restart, a cluster's leader change) is resumed
+//!   through any address with a growing back-off between rounds while the
+//!   TTL allows, counted from the send time of the last answered request.
+//!   Locks and TryLocks pending on it are reissued with their old ids after
+//!   the resume (Reissue: a grant made before the drop is answered at once
+//!   with its token), so their callers just go on waiting; an Unlock or a
+//!   reset fails with error.OutcomeUnknown (never resent blindly), a Close
+//!   or Ping with error.Disconnected. After the resume the session releases
+//!   any grant of a Lock its caller gave up on.
 //! - When the session is lost (the resume refused, the TTL passed), every
 //!   pending and later call fails with error.SessionLost; `waitLost`, `err`
 //!   and the `on_lost` callback report it.
@@ -46,8 +55,8 @@ pub const Error = wire.SessionValidationError || error{
     Timeout,
     /// A Lock was cancelled through its CancelToken; nothing is held.
     Cancelled,
-    /// The request was sent on a connection that broke before its answer.
-    /// The session resumes on its own; the call may be made again.
+    /// A Close was sent on a connection that broke before its answer. The
+    /// session resumes on its own. (Locks and TryLocks are reissued instead.)
     Disconnected,
     /// An Unlock or a reset whose answer was lost: it may or may not have
     /// taken effect (never resent blindly).
@@ -106,6 +115,10 @@ pub const TryResult = union(enum) {
 const max_pending = 1024;
 const min_backoff_ns = 50 * std.time.ns_per_ms;
 const max_backoff_ns = std.time.ns_per_s;
+/// Rounds over the addresses `open` makes before it gives up.
+const open_rounds = 3;
+/// Most addresses in one list.
+const max_addresses = 16;
 
 const End = enum { lost_resume_refused, lost_ttl_passed, closed };
 /// The end of the session as an error, for the supervisor's resume loop.
@@ -138,6 +151,9 @@ const Call = struct {
     sent: bool = false,
     sent_at: u64 = 0,
     gave_up: bool = false,
+    /// A Lock or TryLock sent on a lost connection: queued again, to be sent
+    /// with the same id after the resume.
+    reissue: bool = false,
     owner_gone: bool = false,
     done: bool = false,
     status: u8 = 0,
@@ -149,6 +165,8 @@ const Call = struct {
         return self.key_buf[0..self.key_len];
     }
 };
+
+const Held = struct { token: u64, id: u32 };
 
 const Stray = struct {
     key_buf: [wire.max_len]u8 = undefined,
@@ -184,8 +202,12 @@ pub const Session = struct {
     queue: std.ArrayList(*Call) = .empty,
     pending: std.AutoHashMapUnmanaged(u32, *Call) = .empty,
     next_id: u32 = 0,
-    /// Grants the program holds through this session: key (owned) to token.
-    held: std.StringHashMapUnmanaged(u64) = .empty,
+    /// Grants the program holds through this session: key (owned) to the
+    /// grant's token and the id of the request that made it.
+    held: std.StringHashMapUnmanaged(Held) = .empty,
+    /// Ids no new request may take: those of the held grants (Reissue finds a
+    /// grant by its request's id) and of the calls queued to be reissued.
+    reserved: std.AutoHashMapUnmanaged(u32, void) = .empty,
     /// Grants the session may hold that no caller owns, released after the
     /// resume; token 0 when unknown.
     strays: std.ArrayList(Stray) = .empty,
@@ -197,10 +219,14 @@ pub const Session = struct {
     closing: bool = false,
     close_ok: bool = false,
     end: ?End = null,
+    /// The end has been told: on_lost has returned (or there is none to call).
+    reported: bool = false,
     supervisor: ?std.Thread = null,
 
     /// Connects to `address` ("host:port", names resolved; a bare host gets
-    /// port 22119) and opens a session.
+    /// port 22119; or a comma-separated list of them, any that answers) and
+    /// opens a session: up to 3 rounds over the addresses, with a back-off
+    /// between them.
     pub fn open(gpa: std.mem.Allocator, address: []const u8, options: Options) Error!*Session {
         if (options.source.len > wire.max_len) return error.SourceTooLong;
         if (options.auth.len > wire.max_len) return error.AuthTooLong;
@@ -221,7 +247,16 @@ pub const Session = struct {
         errdefer gpa.free(self.source);
         self.auth = try gpa.dupe(u8, options.auth);
         errdefer gpa.free(self.auth);
-        const opened = try self.openConn(0, options.connect_timeout_ns);
+        var backoff: u64 = min_backoff_ns;
+        var round: usize = 1;
+        const opened = while (true) : (round += 1) {
+            if (self.openConn(0, options.connect_timeout_ns)) |o| break o else |e| switch (e) {
+                error.Unreachable, error.UnexpectedAnswer => if (round == open_rounds) return e,
+                else => return e,
+            }
+            std.Thread.sleep(backoff / 2 + std.crypto.random.uintLessThan(u64, backoff / 2 + 1));
+            backoff = @min(backoff * 2, max_backoff_ns);
+        };
         errdefer posix.close(opened.sock);
         self.id = opened.answer.session;
         self.ttl_ns = @as(u64, opened.answer.ttl_ms) * std.time.ns_per_ms;
@@ -247,6 +282,7 @@ pub const Session = struct {
         var keys = self.held.keyIterator();
         while (keys.next()) |k| self.gpa.free(k.*);
         self.held.deinit(self.gpa);
+        self.reserved.deinit(self.gpa);
         self.strays.deinit(self.gpa);
         self.gpa.free(self.address);
         self.gpa.free(self.source);
@@ -363,7 +399,8 @@ pub const Session = struct {
         const deadline: ?u64 = if (timeout_ns) |t| self.now() + t else null;
         self.mu.lock();
         defer self.mu.unlock();
-        while (self.end == null) {
+        // A loss is awaited until on_lost has returned, so that what it did is seen.
+        while (self.end == null or !self.reported) {
             if (deadline) |d| {
                 const n = self.now();
                 if (n >= d) return null;
@@ -485,7 +522,10 @@ pub const Session = struct {
                 }
             } else if (expired or (cancel != null and cancel.?.isCancelled())) {
                 const why: Error = if (expired) error.Timeout else error.Cancelled;
-                if (!c.sent) {
+                // A reissue waiting for the resume may find a grant made
+                // before the drop: it goes out all the same, a Lock's Cancel
+                // right behind it (take), and a grant it finds is given back.
+                if (!c.sent and !c.reissue) {
                     self.removeQueued(c);
                     self.destroyCall(c);
                     return why;
@@ -493,11 +533,13 @@ pub const Session = struct {
                 c.gave_up = true;
                 switch (c.action) {
                     .lock => {
-                        _ = self.pushLocked(.cancel, "", c.id, .internal) catch {
-                            c.owner_gone = true;
-                            return why;
-                        };
-                        self.wake.signal();
+                        if (c.sent) {
+                            _ = self.pushLocked(.cancel, "", c.id, .internal) catch {
+                                c.owner_gone = true;
+                                return why;
+                            };
+                            self.wake.signal();
+                        }
                         given_up = why;
                         deadline = n + self.options.request_timeout_ns;
                         continue;
@@ -570,25 +612,30 @@ pub const Session = struct {
             if (c.gave_up) {
                 self.pushStrayUnlock(c.key(), a.token);
             } else {
-                self.putHeld(c.key(), a.token);
+                self.putHeld(c.key(), a.token, c.id);
             }
         }
         if (c.action == .close and a.status == '+') self.close_ok = true;
         self.complete(c, a.status, a.token, null);
     }
 
-    fn putHeld(self: *Session, key: []const u8, token: u64) void {
+    fn putHeld(self: *Session, key: []const u8, token: u64, id: u32) void {
+        // Out of memory loses only the reservation or the stray cleanup's skip.
+        self.reserved.put(self.gpa, id, {}) catch {};
         if (self.held.getPtr(key)) |v| {
-            v.* = token;
+            _ = self.reserved.remove(v.id);
+            self.reserved.put(self.gpa, id, {}) catch {};
+            v.* = .{ .token = token, .id = id };
             return;
         }
-        const owned = self.gpa.dupe(u8, key) catch return; // only the stray cleanup uses it
-        self.held.put(self.gpa, owned, token) catch self.gpa.free(owned);
+        const owned = self.gpa.dupe(u8, key) catch return;
+        self.held.put(self.gpa, owned, .{ .token = token, .id = id }) catch self.gpa.free(owned);
     }
 
     fn dropHeld(self: *Session, key: []const u8, token: u64) void {
         const v = self.held.get(key) orelse return;
-        if (v != token) return;
+        if (v.token != token) return;
+        _ = self.reserved.remove(v.id);
         if (self.held.fetchRemove(key)) |kv| self.gpa.free(kv.key);
     }
 
@@ -598,14 +645,28 @@ pub const Session = struct {
         self.strays.append(self.gpa, st) catch log.warn("cannot track a stray grant of {s} (out of memory)", .{key});
     }
 
-    /// The connection was lost: fail or set aside every pending call.
+    /// The connection was lost: the Locks and TryLocks a caller still waits
+    /// for are queued again, first and in the order they were sent, to be
+    /// reissued with their ids; the rest fail or are set aside.
     fn disconnected(self: *Session) void {
+        var reissue: std.ArrayList(*Call) = .empty;
+        defer reissue.deinit(self.gpa);
         var it = self.pending.valueIterator();
         while (it.next()) |cp| {
             const c = cp.*;
             var e: Error = error.Disconnected;
             switch (c.action) {
-                .lock, .try_lock => self.addStray(c.key(), 0),
+                .lock, .try_lock => {
+                    if (c.kind == .user and !c.gave_up and !c.owner_gone) {
+                        if (reissue.append(self.gpa, c)) |_| {
+                            c.sent = false;
+                            c.reissue = true;
+                            self.reserved.put(self.gpa, c.id, {}) catch {};
+                            continue;
+                        } else |_| {}
+                    }
+                    self.addStray(c.key(), 0);
+                },
                 .unlock => {
                     if (c.kind == .user and c.token != 0) self.addStray(c.key(), c.token);
                     if (c.kind == .user) e = error.OutcomeUnknown;
@@ -627,6 +688,21 @@ pub const Session = struct {
                 self.destroyCall(c);
             } else i += 1;
         }
+        std.mem.sort(*Call, reissue.items, {}, struct {
+            fn lt(_: void, a: *Call, b: *Call) bool {
+                return a.sent_at < b.sent_at;
+            }
+        }.lt);
+        self.queue.insertSlice(self.gpa, 0, reissue.items) catch {
+            // Out of memory: they fail instead (a grant they had is released
+            // after the resume).
+            for (reissue.items) |c| {
+                _ = self.reserved.remove(c.id);
+                c.reissue = false;
+                self.addStray(c.key(), 0);
+                self.complete(c, 0, 0, error.Disconnected);
+            }
+        };
     }
 
     /// A resume succeeded: the releases of stray grants go first.
@@ -636,7 +712,7 @@ pub const Session = struct {
         var head: std.ArrayList(*Call) = .empty;
         defer head.deinit(self.gpa);
         for (self.strays.items, 0..) |*st, i| {
-            if (self.held.get(st.key())) |h| if (st.token == 0 or st.token == h) continue;
+            if (self.held.get(st.key())) |h| if (st.token == 0 or st.token == h.token) continue;
             if (st.token == 0) {
                 var dup = false;
                 for (self.strays.items[0..i]) |*prev| {
@@ -675,6 +751,7 @@ pub const Session = struct {
             var keys = self.held.keyIterator();
             while (keys.next()) |k| self.gpa.free(k.*);
             self.held.clearRetainingCapacity();
+            self.reserved.clearRetainingCapacity();
             self.ended.broadcast();
             self.wake.broadcast();
             notify = switch (end) {
@@ -682,16 +759,47 @@ pub const Session = struct {
                 .lost_ttl_passed => .ttl_passed,
                 .closed => null,
             };
+            self.reported = notify == null or self.options.on_lost == null;
         }
         if (notify) |r| {
             log.info("session {x:0>16} lost: {s}", .{ self.id, @tagName(r) });
-            if (self.options.on_lost) |f| f(self.options.on_lost_ctx, r);
+            if (self.options.on_lost) |f| {
+                f(self.options.on_lost_ctx, r);
+                self.mu.lock();
+                self.reported = true;
+                self.ended.broadcast();
+                self.mu.unlock();
+            }
         }
     }
 
     const Opened = struct { sock: posix.socket_t, answer: wire.OpenAnswer, sent_at: u64 };
 
+    /// One round over the addresses, in random order, until one answers
+    /// the open; each attempt within limit_ns. A '-' is the server's word
+    /// (not retried elsewhere); an address that does not answer (down, or a
+    /// node without a leader that closes the connection) is skipped.
     fn openConn(self: *Session, resume_id: u64, limit_ns: u64) Error!Opened {
+        var list: [max_addresses][]const u8 = undefined;
+        var n: usize = 0;
+        var parts = std.mem.splitScalar(u8, self.address, ',');
+        while (parts.next()) |p| {
+            if (n == max_addresses) break;
+            list[n] = std.mem.trim(u8, p, " ");
+            n += 1;
+        }
+        std.crypto.random.shuffle([]const u8, list[0..n]);
+        var last: Error = error.Unreachable;
+        for (list[0..n]) |a| {
+            if (self.openAt(a, resume_id, limit_ns)) |o| return o else |e| switch (e) {
+                error.Unreachable, error.UnexpectedAnswer => last = e,
+                else => return e,
+            }
+        }
+        return last;
+    }
+
+    fn openAt(self: *Session, address: []const u8, resume_id: u64, limit_ns: u64) Error!Opened {
         var buf: [wire.max_open]u8 = undefined;
         const frame = try wire.encodeOpen(&buf, .{
             .ttl_ms = self.options.ttl_ms,
@@ -700,7 +808,7 @@ pub const Session = struct {
             .auth = self.auth,
         });
         const deadline = self.now() + limit_ns;
-        const sock = try root.connectHost(self.gpa, self.address, limit_ns);
+        const sock = try root.connectHost(self.gpa, address, limit_ns);
         errdefer posix.close(sock);
         const sent_at = self.now();
         try root.sendAllTimeout(sock, frame, limit_ns);
@@ -883,12 +991,27 @@ pub const Session = struct {
                 sent_any = true;
                 continue;
             }
-            var id = self.next_id;
-            while (self.pending.contains(id)) id +%= 1;
+            var id: u32 = undefined;
+            if (c.reissue and !self.pending.contains(c.id)) {
+                id = c.id; // sent again with its old id, reserved until now
+            } else {
+                id = self.next_id;
+                while (self.pending.contains(id) or self.reserved.contains(id)) id +%= 1;
+                self.next_id = id +% 1;
+            }
             const f = wire.encodeRequest(&buf, c.action, id, c.token, c.key()) catch unreachable; // checked at submit
             try out.appendSlice(self.gpa, f);
             try self.pending.put(self.gpa, id, c);
-            self.next_id = id +% 1;
+            if (c.reissue) {
+                _ = self.reserved.remove(c.id);
+                c.reissue = false;
+                if (c.action == .lock and c.gave_up) {
+                    // A reissue whose caller gave up before it went out:
+                    // withdrawn at once (a grant it finds is given back).
+                    const x = wire.encodeRequest(&buf, .cancel, id, 0, "") catch unreachable;
+                    try out.appendSlice(self.gpa, x);
+                }
+            }
             c.id = id;
             c.sent = true;
             c.sent_at = n;

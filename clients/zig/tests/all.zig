@@ -6,4 +6,5 @@ test {
     _ = @import("conformance.zig");
     _ = @import("session_vectors.zig");
     _ = @import("session.zig");
+    _ = @import("cluster.zig");
 }

@@ -10,7 +10,10 @@ namespace LockingCenter
     /// <summary>Settings of a <see cref="LockingCenterClient"/>.</summary>
     public sealed class LockingCenterOptions
     {
-        /// <summary>Server address: "host:port", "host" (port 22119) or "[::1]:port". Default "localhost:22119".</summary>
+        /// <summary>
+        /// Server address: "host:port", "host" (port 22119) or "[::1]:port", or a comma-separated list of them
+        /// (each call tries them in random order until one connects). Default "localhost:22119".
+        /// </summary>
         public string Address { get; set; } = "localhost:" + LockingCenterClient.DefaultPort;
 
         /// <summary>Name of the requester, 0..127 bytes; empty (the default) lets the server use the peer IP.</summary>
@@ -49,8 +52,8 @@ namespace LockingCenter
         // grant that came in meanwhile failed (OperationCanceledException and LockTimeoutException).
         internal const string GiveBackFailedNote = "; the lock granted meanwhile could not be unlocked again: ";
 
-        private readonly string _host;
-        private readonly int _port;
+        private readonly Endpoint[] _endpoints;
+        private readonly Random _order = new Random(); // locked while used
         private readonly TimeSpan _connectTimeout;
         private readonly TimeSpan _requestTimeout;
 
@@ -71,9 +74,7 @@ namespace LockingCenter
         public LockingCenterClient(LockingCenterOptions options)
         {
             if (options == null) throw new ArgumentNullException("options");
-            string[] hp = SplitAddress(options.Address);
-            _host = hp[0];
-            _port = int.Parse(hp[1], CultureInfo.InvariantCulture);
+            _endpoints = Transport.Parse(options.Address);
             Address = options.Address;
             Source = options.Source ?? "";
             WireFormat.SourceBytes(Source);
@@ -312,8 +313,21 @@ namespace LockingCenter
             using (var limit = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
             {
                 if (budget.HasValue) limit.CancelAfter(budget.Value);
-                IPAddress[] addresses = await ResolveAsync().ConfigureAwait(false);
+                // Every address of every endpoint, the endpoints in random order and each one's addresses too.
+                var order = (Endpoint[])_endpoints.Clone();
+                lock (_order) Transport.Shuffle(order, _order);
                 Exception last = null;
+                foreach (Endpoint ep in order)
+                {
+                IPAddress[] addresses;
+                try { addresses = await Transport.ResolveAsync(ep.Host).ConfigureAwait(false); }
+                catch (UnreachableException e)
+                {
+                    if (order.Length == 1) throw;
+                    last = e;
+                    continue;
+                }
+                lock (_order) Transport.Shuffle(addresses, _order);
                 foreach (IPAddress address in addresses)
                 {
                     var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
@@ -323,7 +337,7 @@ namespace LockingCenter
                     try
                     {
                         // ConnectAsync closes the socket itself when limit.Token is cancelled.
-                        await ConnectAsync(socket, new IPEndPoint(address, _port), limit.Token).ConfigureAwait(false);
+                        await ConnectAsync(socket, new IPEndPoint(address, ep.Port), limit.Token).ConfigureAwait(false);
                         connected = true;
                         using (limit.Token.Register(() => { if (grants) HangUp(socket); else socket.Close(); }))
                         {
@@ -355,6 +369,7 @@ namespace LockingCenter
                         throw new UnreachableException("connection to " + Address + " lost before the answer: " + error.Message, error);
                     }
                     last = error;
+                }
                 }
                 throw new UnreachableException("cannot connect to " + Address + ": " + (last == null ? "no address" : last.Message), last);
             }
@@ -430,22 +445,6 @@ namespace LockingCenter
         private static void IgnoreFault(Task task)
         {
             task.ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.OnlyOnFaulted);
-        }
-
-        private async Task<IPAddress[]> ResolveAsync()
-        {
-            IPAddress ip;
-            if (IPAddress.TryParse(_host, out ip)) return new[] { ip };
-            try
-            {
-                IPAddress[] found = await Dns.GetHostAddressesAsync(_host).ConfigureAwait(false);
-                if (found.Length == 0) throw new UnreachableException("cannot resolve " + _host, null);
-                return found;
-            }
-            catch (SocketException e)
-            {
-                throw new UnreachableException("cannot resolve " + _host + ": " + e.Message, e);
-            }
         }
 
         private static void Expect(LockAction action, string key, byte answer)

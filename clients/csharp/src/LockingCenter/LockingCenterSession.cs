@@ -4,6 +4,7 @@ using System.Diagnostics;
 using System.IO;
 using System.Net;
 using System.Net.Sockets;
+using System.Security.Authentication;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -12,7 +13,11 @@ namespace LockingCenter
     /// <summary>Settings of a <see cref="LockingCenterSession"/>.</summary>
     public sealed class SessionOptions
     {
-        /// <summary>Server address: "host:port", "host" (port 22119) or "[::1]:port". Default "localhost:22119".</summary>
+        /// <summary>
+        /// Server address: "host:port", "host" (port 22119) or "[::1]:port", or a comma-separated list of them
+        /// (a cluster's nodes, any of which answers: tried in random order, every address a name resolves to
+        /// included). Default "localhost:22119".
+        /// </summary>
         public string Address { get; set; } = "localhost:" + LockingCenterClient.DefaultPort;
 
         /// <summary>Name of the requester, 0..127 bytes; empty (the default) lets the server use the peer IP.</summary>
@@ -27,8 +32,14 @@ namespace LockingCenter
         /// </summary>
         public TimeSpan Ttl { get; set; } = TimeSpan.Zero;
 
-        /// <summary>Time allowed to connect and open (default 5 s).</summary>
+        /// <summary>
+        /// Time allowed for each attempt, to one address: the connect, then again the TLS handshake and the
+        /// open's answer (default 5 s).
+        /// </summary>
         public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+        /// <summary>TLS (SslStream); null (the default): plain TCP.</summary>
+        public TlsOptions Tls { get; set; }
 
         /// <summary>
         /// Time allowed for the answer to a request that never waits (try-lock, unlock, resets; default 30 s,
@@ -62,12 +73,16 @@ namespace LockingCenter
     /// thread. Calls complete with continuations run asynchronously, never on the reader.
     /// </para>
     /// <para>
-    /// When nothing was sent for a third of the TTL the session sends Ping. When the connection drops,
-    /// pending calls fail with <see cref="DisconnectedException"/> (an unlock or a reset with
-    /// <see cref="OutcomeUnknownException"/>), and the session reconnects and resumes with a growing
-    /// back-off while the TTL allows; calls made meanwhile wait for the new connection. A Lock or TryLock
-    /// that was pending on the lost connection may have been granted just before: after the resume, the
-    /// session releases such a grant unless the program holds that key through this session.
+    /// When nothing was sent for a third of the TTL the session sends Ping. When the connection drops (a
+    /// server restart, a cluster's leader change), the session reconnects to any of its addresses and
+    /// resumes, with a growing back-off between rounds, while the TTL allows (counted from the send time of
+    /// the last answered request); calls made meanwhile wait for the new connection. The Locks and
+    /// TryLocks that were pending are reissued with their old ids after the resume (Reissue,
+    /// docs/protocol.md): a grant made before the drop is answered at once with its token, so the caller
+    /// just goes on waiting. An unlock or a reset pending on the lost connection fails with
+    /// <see cref="OutcomeUnknownException"/> (it is never resent blindly), a Close with
+    /// <see cref="DisconnectedException"/>. A Lock that the caller gave up on may have been granted: after
+    /// the resume, the session releases such a grant unless the program holds that key through this session.
     /// </para>
     /// <para>
     /// The session is lost when the server refuses the resume or the TTL passes without one:
@@ -90,12 +105,13 @@ namespace LockingCenter
         private static readonly long MinBackoff = TimeSpan.FromMilliseconds(50).Ticks;
         private static readonly long MaxBackoff = TimeSpan.FromSeconds(1).Ticks;
         private static readonly byte[] NoKey = new byte[0];
+        /// <summary>Rounds over the addresses an open makes before it gives up.</summary>
+        private const int OpenRounds = 3;
 
         private readonly SessionOptions _options;
-        private readonly string _host;
-        private readonly int _port;
+        private readonly Endpoint[] _endpoints;
         private readonly long _ttlTicks;
-        private readonly Random _jitter = new Random();
+        private readonly Random _jitter; // locked while used: the order of addresses and back-off jitter
         private readonly TaskCompletionSource<bool> _completion = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
         private readonly CancellationTokenSource _ended = new CancellationTokenSource();
         private readonly SemaphoreSlim _wake = new SemaphoreSlim(0, 1);
@@ -106,11 +122,15 @@ namespace LockingCenter
         // _mu guards every field below and the state of every Call.
         private readonly object _mu = new object();
         private Socket _socket;           // the connection being served; null between connections
-        private NetworkStream _stream;
+        private Stream _stream;
         private readonly LinkedList<Call> _queue = new LinkedList<Call>();       // not yet written, in order
         private readonly Dictionary<uint, Call> _pending = new Dictionary<uint, Call>(); // written, awaiting the answer
         private uint _nextId = 1;
         private readonly Dictionary<string, ulong> _held = new Dictionary<string, ulong>(); // key to token
+        private readonly Dictionary<string, uint> _heldId = new Dictionary<string, uint>(); // key to the id of the request that made its grant
+        // Ids no new request may take: those of the grants held (Reissue finds a grant by its request's id)
+        // and of the Locks and TryLocks queued to be reissued.
+        private readonly HashSet<uint> _reserved = new HashSet<uint>();
         private readonly List<Stray> _strays = new List<Stray>(); // grants no caller owns, released after a resume
         private long _confirmed;          // Clock ticks when the latest answered request was sent
         private long _lastSent;           // Clock ticks of the latest write
@@ -120,11 +140,11 @@ namespace LockingCenter
         private bool _lossReported;
         private LockingCenterException _failure; // why the session ended; null while it lives
 
-        private LockingCenterSession(SessionOptions options, string host, int port, Dialed dialed)
+        private LockingCenterSession(SessionOptions options, Endpoint[] endpoints, Random rng, Dialed dialed)
         {
             _options = options;
-            _host = host;
-            _port = port;
+            _endpoints = endpoints;
+            _jitter = rng;
             Id = dialed.Session;
             Ttl = TimeSpan.FromMilliseconds(dialed.TtlMillis);
             _ttlTicks = Ttl.Ticks;
@@ -153,17 +173,32 @@ namespace LockingCenter
         public static async Task<LockingCenterSession> OpenAsync(SessionOptions options, CancellationToken cancellationToken = default(CancellationToken))
         {
             if (options == null) throw new ArgumentNullException("options");
-            string[] hp = LockingCenterClient.SplitAddress(options.Address);
-            string host = hp[0];
-            int port = int.Parse(hp[1], System.Globalization.CultureInfo.InvariantCulture);
+            Endpoint[] endpoints = Transport.Parse(options.Address);
             if (options.Ttl < TimeSpan.Zero) throw new ArgumentException("Ttl must not be negative");
             long ms = (long)options.Ttl.TotalMilliseconds;
             uint ttl = options.Ttl == TimeSpan.Zero ? 0u : (uint)Math.Min(uint.MaxValue, Math.Max(1, ms));
             byte[] frame = SessionWire.EncodeOpen(SessionWire.Version, ttl, 0, options.Source, options.AuthToken);
-            Dialed d = await DialAsync(host, port, frame, options.ConnectTimeout, options.RequestTimeout, cancellationToken).ConfigureAwait(false);
+            var rng = new Random();
+            Dialed d = null;
+            long backoff = MinBackoff;
+            for (int round = 1; ; round++)
+            {
+                try
+                {
+                    d = await DialAsync(endpoints, options.Tls, frame, options.ConnectTimeout, rng, cancellationToken).ConfigureAwait(false);
+                    break;
+                }
+                catch (UnreachableException)
+                {
+                    if (round == OpenRounds) throw;
+                }
+                long sleep = backoff / 2 + (long)(rng.NextDouble() * (backoff / 2));
+                await Task.Delay(TimeSpan.FromTicks(sleep), cancellationToken).ConfigureAwait(false);
+                backoff = Math.Min(2 * backoff, MaxBackoff);
+            }
             if (d.Status != WireFormat.Ok)
                 throw new RefusedException("the server at " + options.Address + " refused the session (wrong auth token, connection limit, or no session support)");
-            var s = new LockingCenterSession(options, host, port, d);
+            var s = new LockingCenterSession(options, endpoints, rng, d);
             s.Start(d);
             return s;
         }
@@ -225,7 +260,6 @@ namespace LockingCenter
         /// <param name="cancellationToken">Cancelling sends Cancel: the server withdraws the waiter; nothing is held.</param>
         /// <returns>The held key.</returns>
         /// <exception cref="ResetWhileWaitingException">The key or this session's source was reset while waiting.</exception>
-        /// <exception cref="DisconnectedException">The connection dropped while waiting; nothing is held.</exception>
         /// <exception cref="SessionLostException">The session is lost.</exception>
         /// <exception cref="SessionClosedException">The session was closed.</exception>
         /// <exception cref="OperationCanceledException">The token was cancelled; nothing is held.</exception>
@@ -447,6 +481,7 @@ namespace LockingCenter
             public uint Id;
             public bool Sent;
             public long SentAt;
+            public bool Reissue;  // a Lock or TryLock sent on a lost connection: sent again with its id
             public bool Dropped;  // given up before it was sent: the writer skips it
             public bool GaveUp;   // the caller stopped waiting after it was sent: a grant to come is given back
             public bool Finished; // the caller has its outcome, or gave up
@@ -503,15 +538,17 @@ namespace LockingCenter
             {
                 if (c.Finished) return;
                 c.Finished = true;
-                if (!c.Sent)
+                if (!c.Sent && !c.Reissue)
                 {
                     c.Dropped = true; // nothing reached the server
                     _queue.Remove(c);
                 }
                 else
                 {
+                    // A reissue waiting for the resume may find a grant made before the drop: it goes out all
+                    // the same, a Lock's Cancel right behind it (Take), and a grant it finds is given back.
                     c.GaveUp = true;
-                    if (c.Action == SessionWire.Lock)
+                    if (c.Action == SessionWire.Lock && c.Sent)
                     {
                         _queue.AddLast(new Call { Action = SessionWire.Cancel, KeyBytes = NoKey, Cancels = c.Id, Internal = _ => { } });
                         Signal();
@@ -578,7 +615,7 @@ namespace LockingCenter
         private sealed class Dialed
         {
             public Socket Socket;
-            public NetworkStream Stream;
+            public Stream Stream;
             public byte Status;
             public uint TtlMillis;
             public ulong Session;
@@ -586,94 +623,125 @@ namespace LockingCenter
         }
 
         /// <summary>
-        /// Connects and sends an open; returns the answer whatever its status (the socket is closed unless it
-        /// is '+'). A server that answers one '-' and closes (no sessions) reads as a refusal.
+        /// One round over the addresses, in random order (every address a name resolves to included), until
+        /// one answers the open: returns that answer whatever its status (the connection is closed unless it
+        /// is '+'; a server that answers one '-' and closes, without sessions, reads as a refusal). Each
+        /// attempt gets <paramref name="attempt"/> for its connect, and again for the TLS handshake and the
+        /// open's answer (a node with no leader holds a connection and then closes it: the next is tried).
         /// </summary>
-        private static async Task<Dialed> DialAsync(string host, int port, byte[] frame, TimeSpan connectTimeout, TimeSpan readTimeout, CancellationToken token)
+        private static async Task<Dialed> DialAsync(Endpoint[] endpoints, TlsOptions tls, byte[] frame, TimeSpan attempt,
+            Random rng, CancellationToken token)
         {
-            IPAddress[] addresses;
-            IPAddress ip;
-            if (IPAddress.TryParse(host, out ip)) addresses = new[] { ip };
-            else
-            {
-                try { addresses = await Dns.GetHostAddressesAsync(host).ConfigureAwait(false); }
-                catch (SocketException e) { throw new UnreachableException("cannot resolve " + host + ": " + e.Message, e); }
-                if (addresses.Length == 0) throw new UnreachableException("cannot resolve " + host, null);
-            }
+            var order = (Endpoint[])endpoints.Clone();
+            lock (rng) Transport.Shuffle(order, rng);
             Exception last = null;
-            foreach (IPAddress address in addresses)
+            TlsException tlsFailure = null;
+            foreach (Endpoint ep in order)
             {
-                var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
-                bool ok = false;
-                try
-                {
-                    socket.NoDelay = true;
-                    socket.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
-                    using (var limit = CancellationTokenSource.CreateLinkedTokenSource(token))
-                    {
-                        limit.CancelAfter(connectTimeout);
-                        using (limit.Token.Register(() => socket.Close()))
-                        {
-                            try
-                            {
-                                await Task.Factory.FromAsync(socket.BeginConnect, socket.EndConnect, new IPEndPoint(address, port), null).ConfigureAwait(false);
-                            }
-                            catch (Exception e) when (limit.IsCancellationRequested && (e is ObjectDisposedException || e is SocketException))
-                            {
-                                token.ThrowIfCancellationRequested();
-                                throw new TimeoutException("connect to " + address + ":" + port + " timed out after " + (long)connectTimeout.TotalMilliseconds + " ms");
-                            }
-                        }
-                    }
-                    var stream = new NetworkStream(socket, true);
-                    long sentAt = Now();
-                    var b = new byte[SessionWire.AnswerSize];
-                    int n = 0;
-                    using (var limit = CancellationTokenSource.CreateLinkedTokenSource(token))
-                    {
-                        limit.CancelAfter(readTimeout);
-                        using (limit.Token.Register(() => socket.Close()))
-                        {
-                            try
-                            {
-                                await stream.WriteAsync(frame, 0, frame.Length).ConfigureAwait(false);
-                                while (n < b.Length)
-                                {
-                                    int r = await stream.ReadAsync(b, n, b.Length - n).ConfigureAwait(false);
-                                    if (r == 0) break;
-                                    n += r;
-                                }
-                            }
-                            catch (Exception e) when (limit.IsCancellationRequested && (e is ObjectDisposedException || e is IOException || e is SocketException))
-                            {
-                                token.ThrowIfCancellationRequested();
-                                throw new TimeoutException("no answer to the open within " + (long)readTimeout.TotalMilliseconds + " ms");
-                            }
-                        }
-                    }
-                    if (n < b.Length)
-                    {
-                        if (n >= 1 && b[0] == WireFormat.Fail) return new Dialed { Status = WireFormat.Fail, SentAt = sentAt };
-                        throw new EndOfStreamException("the server closed the connection during the open");
-                    }
-                    var d = new Dialed { Socket = socket, Stream = stream, SentAt = sentAt };
-                    SessionWire.DecodeOpenAnswer(b, out d.Status, out d.TtlMillis, out d.Session);
-                    if (d.Status != WireFormat.Ok) return new Dialed { Status = d.Status, SentAt = sentAt };
-                    if (d.TtlMillis == 0 || d.Session == 0)
-                        throw new IOException("the server opened a session with ttl " + d.TtlMillis + " ms, id " + d.Session);
-                    ok = true;
-                    return d;
-                }
-                catch (Exception e) when (e is IOException || e is SocketException || e is TimeoutException || e is ObjectDisposedException)
+                IPAddress[] addresses;
+                try { addresses = await Transport.ResolveAsync(ep.Host).ConfigureAwait(false); }
+                catch (UnreachableException e)
                 {
                     last = e;
+                    continue;
                 }
-                finally
+                lock (rng) Transport.Shuffle(addresses, rng);
+                foreach (IPAddress address in addresses)
                 {
-                    if (!ok) socket.Close();
+                    try
+                    {
+                        Dialed d = await DialOneAsync(ep, address, tls, frame, attempt, token).ConfigureAwait(false);
+                        if (d != null) return d;
+                    }
+                    catch (TlsException e)
+                    {
+                        tlsFailure = e;
+                    }
+                    catch (Exception e) when (e is IOException || e is SocketException || e is TimeoutException || e is ObjectDisposedException)
+                    {
+                        last = e;
+                    }
                 }
             }
-            throw new UnreachableException("cannot open a session with " + host + ":" + port + ": " + (last == null ? "no address" : last.Message), last);
+            if (tlsFailure != null) throw tlsFailure;
+            string list = string.Join(",", Array.ConvertAll(endpoints, e => e.ToString()));
+            throw new UnreachableException("cannot open a session with " + list + ": " + (last == null ? "no address" : last.Message), last);
+        }
+
+        private static async Task<Dialed> DialOneAsync(Endpoint ep, IPAddress address, TlsOptions tls, byte[] frame, TimeSpan attempt, CancellationToken token)
+        {
+            var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+            bool ok = false;
+            try
+            {
+                socket.NoDelay = true;
+                socket.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
+                using (var limit = CancellationTokenSource.CreateLinkedTokenSource(token))
+                {
+                    limit.CancelAfter(attempt);
+                    using (limit.Token.Register(() => socket.Close()))
+                    {
+                        try
+                        {
+                            await Task.Factory.FromAsync(socket.BeginConnect, socket.EndConnect, new IPEndPoint(address, ep.Port), null).ConfigureAwait(false);
+                        }
+                        catch (Exception e) when (limit.IsCancellationRequested && (e is ObjectDisposedException || e is SocketException))
+                        {
+                            token.ThrowIfCancellationRequested();
+                            throw new TimeoutException("connect to " + address + ":" + ep.Port + " timed out after " + (long)attempt.TotalMilliseconds + " ms");
+                        }
+                    }
+                }
+                Stream stream = new NetworkStream(socket, true);
+                long sentAt = 0;
+                var b = new byte[SessionWire.AnswerSize];
+                int n = 0;
+                using (var limit = CancellationTokenSource.CreateLinkedTokenSource(token))
+                {
+                    limit.CancelAfter(attempt);
+                    using (limit.Token.Register(() => socket.Close()))
+                    {
+                        try
+                        {
+                            if (tls != null) stream = await Transport.HandshakeAsync((NetworkStream)stream, ep.Host, tls).ConfigureAwait(false);
+                            sentAt = Now();
+                            await stream.WriteAsync(frame, 0, frame.Length).ConfigureAwait(false);
+                            while (n < b.Length)
+                            {
+                                int r = await stream.ReadAsync(b, n, b.Length - n).ConfigureAwait(false);
+                                if (r == 0) break;
+                                n += r;
+                            }
+                        }
+                        catch (Exception e) when (limit.IsCancellationRequested && (e is ObjectDisposedException || e is IOException || e is SocketException || e is TlsException))
+                        {
+                            token.ThrowIfCancellationRequested();
+                            throw new TimeoutException("no answer to the open from " + ep + " within " + (long)attempt.TotalMilliseconds + " ms");
+                        }
+                        catch (IOException e) when (tls != null && e.InnerException is AuthenticationException)
+                        {
+                            // The server refused this client's certificate (an alert after the handshake).
+                            throw new TlsException("the TLS server " + ep + " refused the connection: " + e.Message, e);
+                        }
+                    }
+                }
+                if (n < b.Length)
+                {
+                    if (n >= 1 && b[0] == WireFormat.Fail) return new Dialed { Status = WireFormat.Fail, SentAt = sentAt };
+                    throw new EndOfStreamException("the server " + ep + " closed the connection during the open");
+                }
+                var d = new Dialed { Socket = socket, Stream = stream, SentAt = sentAt };
+                SessionWire.DecodeOpenAnswer(b, out d.Status, out d.TtlMillis, out d.Session);
+                if (d.Status != WireFormat.Ok) return new Dialed { Status = d.Status, SentAt = sentAt };
+                if (d.TtlMillis == 0 || d.Session == 0)
+                    throw new IOException("the server opened a session with ttl " + d.TtlMillis + " ms, id " + d.Session);
+                ok = true;
+                return d;
+            }
+            finally
+            {
+                if (!ok) socket.Close();
+            }
         }
 
         private byte[] OpenFrame(ulong resume)
@@ -682,7 +750,7 @@ namespace LockingCenter
         }
 
         /// <summary>The reader: serves a connection until it breaks, then resumes on a new one, until the end.</summary>
-        private async Task SuperviseAsync(Socket socket, NetworkStream stream)
+        private async Task SuperviseAsync(Socket socket, Stream stream)
         {
             while (socket != null)
             {
@@ -708,7 +776,7 @@ namespace LockingCenter
         }
 
         /// <summary>Reads answers and settles their calls until the connection fails; returns why.</summary>
-        private async Task<Exception> ReadLoopAsync(NetworkStream stream)
+        private async Task<Exception> ReadLoopAsync(Stream stream)
         {
             var buf = new byte[64 * SessionWire.AnswerSize];
             var one = new byte[SessionWire.AnswerSize];
@@ -760,25 +828,43 @@ namespace LockingCenter
                     _queue.AddLast(StrayUnlock(new Stray { Key = c.Key, Token = token }));
                     Signal();
                 }
-                else _held[c.Key] = token;
+                else
+                {
+                    uint old;
+                    if (_heldId.TryGetValue(c.Key, out old)) _reserved.Remove(old);
+                    _held[c.Key] = token;
+                    _heldId[c.Key] = c.Id;
+                    _reserved.Add(c.Id);
+                }
             }
             if (c.Action == SessionWire.Close && status == WireFormat.Ok) _closeAnswered = true;
             Complete(c, new Outcome { Status = status, Token = token });
         }
 
         /// <summary>
-        /// Fails the calls that were waiting on the lost connection; _mu is held. Lock and TryLock requests
-        /// among them may have been granted: they become strays, released after the resume.
+        /// The connection is lost; _mu is held. The Locks and TryLocks a caller still waits for are queued
+        /// again, first and in the order they were sent, to be reissued with their ids after the resume (the
+        /// server answers a grant it made for one at once, with its token); the rest fail. A Lock given up
+        /// on may have been granted: it becomes a stray, released after the resume.
         /// </summary>
         private void Disconnected(Exception cause)
         {
             string why = "session " + IdHex + " connection lost before the answer: " + cause.Message;
+            var reissue = new List<Call>();
             foreach (Call c in _pending.Values)
             {
                 switch (c.Action)
                 {
                     case SessionWire.Lock:
                     case SessionWire.TryLock:
+                        if (c.Internal == null && !c.GaveUp)
+                        {
+                            c.Sent = false;
+                            c.Reissue = true;
+                            _reserved.Add(c.Id);
+                            reissue.Add(c);
+                            break;
+                        }
                         _strays.Add(new Stray { Key = c.Key });
                         Complete(c, new Outcome { Error = new DisconnectedException(why + "; nothing is held", cause) });
                         break;
@@ -804,6 +890,8 @@ namespace LockingCenter
                 if (n.Value.Action == SessionWire.Cancel || n.Value.Action == SessionWire.Ping) _queue.Remove(n);
                 n = next;
             }
+            reissue.Sort((x, y) => x.SentAt.CompareTo(y.SentAt));
+            for (int i = reissue.Count - 1; i >= 0; i--) _queue.AddFirst(reissue[i]);
         }
 
         /// <summary>Reconnects with a growing back-off until the server takes the session back, refuses it, or the TTL passes.</summary>
@@ -827,7 +915,7 @@ namespace LockingCenter
                 try
                 {
                     TimeSpan l = TimeSpan.FromTicks(left);
-                    Dialed d = await DialAsync(_host, _port, OpenFrame(Id), l < _options.ConnectTimeout ? l : _options.ConnectTimeout, l, _ended.Token).ConfigureAwait(false);
+                    Dialed d = await DialAsync(_endpoints, _options.Tls, OpenFrame(Id), l < _options.ConnectTimeout ? l : _options.ConnectTimeout, _jitter, _ended.Token).ConfigureAwait(false);
                     if (d.Status != WireFormat.Ok)
                     {
                         Lose("the server refused to resume it (expired, ended from the web, or the server restarted without its log)");
@@ -852,7 +940,7 @@ namespace LockingCenter
                 {
                     return null; // the session ended
                 }
-                catch (UnreachableException e)
+                catch (LockingCenterException e) when (e is UnreachableException || e is TlsException)
                 {
                     Log("session " + IdHex + " resume failed: " + e.Message);
                 }
@@ -912,6 +1000,8 @@ namespace LockingCenter
             _queue.Clear();
             _strays.Clear();
             _held.Clear();
+            _heldId.Clear();
+            _reserved.Clear();
             Signal();
             bool lost = why is SessionLostException;
             if (lost) Log(why.Message);
@@ -935,7 +1025,7 @@ namespace LockingCenter
             {
                 int len = 0;
                 long wait;
-                NetworkStream stream;
+                Stream stream;
                 Socket socket;
                 lock (_mu)
                 {
@@ -993,6 +1083,7 @@ namespace LockingCenter
                 Call c = n.Value;
                 if (c.Dropped)
                 {
+                    if (c.Reissue) _reserved.Remove(c.Id);
                     _queue.Remove(n);
                     n = next;
                     continue;
@@ -1003,7 +1094,7 @@ namespace LockingCenter
                     n = next;
                     continue;
                 }
-                if (buf.Length - len < MaxFrame) break;
+                if (buf.Length - len < 2 * MaxFrame) break;
                 _queue.Remove(n);
                 n = next;
                 c.Sent = true;
@@ -1013,15 +1104,35 @@ namespace LockingCenter
                     len += SessionWire.Put(buf, len, SessionWire.Cancel, c.Cancels, 0, NoKey);
                     continue;
                 }
-                uint id = _nextId;
-                while (_pending.ContainsKey(id)) id++;
-                _nextId = id + 1;
+                uint id;
+                if (c.Reissue && !_pending.ContainsKey(c.Id))
+                {
+                    id = c.Id; // sent again with its old id, reserved until now
+                    _reserved.Remove(id);
+                }
+                else
+                {
+                    if (c.Reissue) _reserved.Remove(c.Id);
+                    id = _nextId;
+                    while (_pending.ContainsKey(id) || _reserved.Contains(id)) id++;
+                    _nextId = id + 1;
+                }
+                c.Reissue = false;
                 c.Id = id;
                 _pending[id] = c;
                 ulong tok;
                 if (c.Action == SessionWire.Unlock && c.Internal == null && _held.TryGetValue(c.Key, out tok) && (c.Token == 0 || c.Token == tok))
+                {
                     _held.Remove(c.Key);
+                    uint hid;
+                    if (_heldId.TryGetValue(c.Key, out hid)) _reserved.Remove(hid);
+                    _heldId.Remove(c.Key);
+                }
                 len += SessionWire.Put(buf, len, c.Action, id, c.Token, c.KeyBytes);
+                if (c.Action == SessionWire.Lock && c.GaveUp)
+                    // A reissue whose caller gave up before it went out: withdrawn at once (a grant it finds
+                    // is given back when its '+' comes).
+                    len += SessionWire.Put(buf, len, SessionWire.Cancel, id, 0, NoKey);
             }
             if (len > 0) _lastSent = now;
             return len;

@@ -42,6 +42,10 @@ type State struct {
 	// OpenSession and not ended (a cluster's log records opens and ends).
 	sessions map[SessionID]SessionRecord
 	high     uint64
+	// peak is the largest len(holds) since holds was last rebuilt: Go maps
+	// never give back their buckets, so a State that shrinks far below its
+	// peak copies holds into a map of its size (as the Table's shards do).
+	peak int
 }
 
 // SessionRecord is a session as a State keeps it.
@@ -95,6 +99,7 @@ func (s *State) Apply(c Change) error {
 func (s *State) apply(c Change) {
 	if c.Grant {
 		s.holds[c.Key] = Grant{Token: c.Token, Holder: c.Holder, Since: c.Since, TTL: c.TTL}
+		s.peak = max(s.peak, len(s.holds))
 		if id := c.Holder.Session; id != 0 {
 			r, ok := s.sessions[id]
 			if !ok {
@@ -108,6 +113,13 @@ func (s *State) apply(c Change) {
 	}
 	g := s.holds[c.Key]
 	delete(s.holds, c.Key)
+	if s.peak >= 1024 && len(s.holds) < s.peak/4 {
+		m := make(map[string]Grant, len(s.holds))
+		for k, v := range s.holds {
+			m[k] = v
+		}
+		s.holds, s.peak = m, len(m)
+	}
 	if id := g.Holder.Session; id != 0 {
 		r := s.sessions[id]
 		if r.Holds--; r.Holds <= 0 && !r.Open {

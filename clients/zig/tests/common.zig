@@ -14,6 +14,19 @@ pub fn env(name: []const u8) ?[]u8 {
     return v;
 }
 
+/// The fixture's variable (owned), or a skip, or under CI=true a failure.
+pub fn need(name: []const u8) ![]u8 {
+    if (env(name)) |v| return v;
+    const ci = env("CI");
+    defer if (ci) |c| std.testing.allocator.free(c);
+    if (ci != null and std.mem.eql(u8, ci.?, "true")) {
+        std.debug.print("{s} is not set under CI=true (clients/run-tests starts the fixture)\n", .{name});
+        return error.FixtureMissing;
+    }
+    std.debug.print("SKIPPED: {s} is not set (clients/run-tests starts the fixture)\n", .{name});
+    return error.SkipZigTest;
+}
+
 /// A key no other run or test uses: zig-<name>-<random hex>. Keys are
 /// [a-z0-9-] only, so they go into a URL path unescaped.
 pub fn uniqueKey(buf: []u8, name: []const u8) []const u8 {

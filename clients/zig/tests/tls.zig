@@ -199,3 +199,37 @@ test "tls: the system's roots load, or none is reported" {
         c.deinit();
     } else |e| try testing.expectEqual(error.NoCertificates, e);
 }
+
+test "tls: a TLS session resumes after a restart with DATA_PATH, its hold and token kept" {
+    const tls_dir = try common.need("LC_TEST_TLS_DIR");
+    defer alloc.free(tls_dir);
+    var dir = testing.tmpDir(.{});
+    defer dir.cleanup();
+    const dir_path = try dir.dir.realpathAlloc(alloc, ".");
+    defer alloc.free(dir_path);
+    const wal = try std.fs.path.join(alloc, &.{ dir_path, "wal.log" });
+    defer alloc.free(wal);
+    var srv = try common.OwnServer.startTls(wal, tls_dir);
+    defer srv.deinit();
+    var named = try config("ca.pem", "localhost");
+    defer named.deinit();
+    const s = try lc.Session.open(alloc, srv.addr(), .{ .ttl_ms = 5000, .source = "zig-tls-resume", .tls = &named });
+    defer s.deinit();
+    var kb: [64]u8 = undefined;
+    const key = common.uniqueKey(&kb, "tls-resume");
+    const t = try s.lock(key, .{});
+    srv.stop();
+    try srv.restart();
+    var kb2: [64]u8 = undefined;
+    const other = common.uniqueKey(&kb2, "tls-resume-other");
+    const r = s.tryLock(other) catch |e| switch (e) {
+        error.Disconnected => try s.tryLock(other), // sent on the dying connection
+        else => return e,
+    };
+    try testing.expect(r == .locked and r.locked > t);
+    try testing.expect(s.err() == null);
+    try testing.expect(try s.tryLock(key) == .busy); // still held, by this session
+    try s.unlock(key, t); // '+' only for the grant with token t: the token was kept
+    try s.unlock(other, r.locked);
+    try s.close();
+}

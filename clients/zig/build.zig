@@ -75,4 +75,16 @@ pub fn build(b: *std.Build) void {
     });
     const run_cluster = b.addRunArtifact(cluster_example);
     b.step("cluster-example", "Run examples/cluster.zig (the nodes in $LC_CLUSTER)").dependOn(&run_cluster.step);
+
+    const tls_example = b.addExecutable(.{
+        .name = "tls-example",
+        .root_module = b.createModule(.{
+            .root_source_file = b.path("examples/tls.zig"),
+            .target = target,
+            .optimize = optimize,
+            .imports = &.{.{ .name = "locking_center", .module = mod }},
+        }),
+    });
+    const run_tls = b.addRunArtifact(tls_example);
+    b.step("tls-example", "Run examples/tls.zig ($LC_ADDRESS, $LC_CA_FILE, $LC_SERVER_NAME)").dependOn(&run_tls.step);
 }

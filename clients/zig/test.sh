@@ -4,7 +4,9 @@
 # run as `python3 -m ziglang`). Unit, vector and stand-in-server tests always
 # run; the conformance and session tests need LC_TEST_ADDRESS (and
 # LC_TEST_WEB_ADDRESS for the JSON API checks, LC_SERVER_BIN for restarts
-# and expiry) and are skipped without it. Then the package check: a fresh
+# and expiry) and are skipped without it; the TLS tests need the fixture's
+# LC_TEST_TLS_ADDRESS, LC_TEST_MTLS_ADDRESS and LC_TEST_TLS_DIR. Then the
+# package check: a fresh
 # `zig init` project fetches a tarball of this folder and runs the README's
 # quick-start. The last line sums the build summary's test counts and the
 # package check.
@@ -92,13 +94,36 @@ else
 fi
 rm -f "$log.cluster.zig"
 
+# The README's TLS example is examples/tls.zig, verbatim, run against the
+# fixture's TLS server by its name "localhost" (the name checked is the host
+# dialled) with the fixture's CA (one more test; a skip without the fixture,
+# a failure under CI=true).
+tls_passed=0 tls_failed=0 tls_skipped=0
+awk '/<!-- tls-example -->/ {q=1; next} q && /^```zig/ {p=1; next} p && /^```/ {exit} p' README.md >"$log.tls.zig"
+if ! cmp -s "$log.tls.zig" examples/tls.zig; then
+  echo "TLS example: the README block differs from examples/tls.zig"; tls_failed=1 rc=1
+elif [ -n "${LC_TEST_TLS_ADDRESS:-}" ] && [ -n "${LC_TEST_TLS_DIR:-}" ]; then
+  if out=$(LC_ADDRESS="localhost:${LC_TEST_TLS_ADDRESS##*:}" LC_CA_FILE="$LC_TEST_TLS_DIR/ca.pem" \
+      python3 -m ziglang build tls-example 2>&1) && grep -q 'over TLS with token [0-9]' <<<"$out"; then
+    echo "TLS example: $out"; tls_passed=1
+  else
+    echo "$out"; echo "TLS example FAILED"; tls_failed=1 rc=1
+  fi
+elif [ "${CI:-}" = "true" ]; then
+  echo "TLS example: LC_TEST_TLS_ADDRESS not set under CI=true"; tls_failed=1 rc=1
+else
+  echo "SKIP TLS example: LC_TEST_TLS_ADDRESS not set"; tls_skipped=1
+fi
+rm -f "$log.tls.zig"
+
 # "Build Summary: 6/6 steps succeeded; 31/33 tests passed; 2 skipped; 1 failed"
 line=$(grep 'Build Summary:' "$log" | tail -n 1)
 passed=$(sed -n 's#.* \([0-9][0-9]*\)/[0-9][0-9]* tests passed.*#\1#p' <<<"$line")
 skipped=$(sed -n 's#.*tests passed.*; \([0-9][0-9]*\) skipped.*#\1#p' <<<"$line")
 failed=$(sed -n 's#.*tests passed.*; \([0-9][0-9]*\) failed.*#\1#p' <<<"$line")
 passed=${passed:-0} skipped=${skipped:-0} failed=${failed:-0}
-passed=$((passed + pkg_passed + ex_passed)) failed=$((failed + pkg_failed + ex_failed)) skipped=$((skipped + ex_skipped))
+passed=$((passed + pkg_passed + ex_passed + tls_passed)) failed=$((failed + pkg_failed + ex_failed + tls_failed))
+skipped=$((skipped + ex_skipped + tls_skipped))
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "zig build test exited $rc (a build step failed before its tests ran)"
   failed=1

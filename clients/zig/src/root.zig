@@ -7,6 +7,8 @@
 //! - `Client`: the v1 protocol, one request per TCP connection (connect
 //!   bounded by poll, one frame, one answer byte). Its holds have no owner:
 //!   a key stays held after the program dies, until unlocked or reset.
+//! - `TlsConfig`: TLS for both (`.tls = &config`), on std.crypto.tls: the
+//!   server's chain checked against a CA bundle, its name checked.
 //!
 //!     const session = try locking_center.Session.open(gpa, "localhost:22119", .{ .ttl_ms = 10_000 });
 //!     defer session.deinit();
@@ -29,6 +31,8 @@ pub const SessionOptions = session.Options;
 pub const LockOptions = session.LockOptions;
 pub const TryResult = session.TryResult;
 pub const LostReason = session.LostReason;
+pub const tls = @import("tls.zig");
+pub const TlsConfig = tls.Config;
 
 /// The answer timeout of requests that never wait in a queue (TryLock,
 /// Unlock, the resets, Close), the same in every Locking-Center client.
@@ -59,6 +63,14 @@ pub const Error = wire.ValidationError || wire.AnswerError || error{
     /// The wait was cancelled through a CancelToken; the connection was
     /// closed, so the server has withdrawn the waiter.
     Cancelled,
+    /// TLS: the handshake failed (the server's certificate not signed by
+    /// the configured CAs or not for the server name, a server that asks
+    /// for a client certificate, an alert); the reason is logged.
+    TlsHandshakeFailed,
+    /// TLS: no name to check in the server's certificate. The v1 Client
+    /// knows only an IP address, and Zig's TLS checks DNS names only: set
+    /// `TlsConfig`'s `server_name`.
+    ServerNameRequired,
 };
 
 /// True for Refused and for input refused before sending.
@@ -79,6 +91,10 @@ pub const Options = struct {
     /// Time allowed for the answer of calls that never queue (TryLock,
     /// Unlock, the resets); null waits forever.
     request_timeout_ns: ?u64 = default_request_timeout_ns,
+    /// TLS for every connection (it must outlive the client); its
+    /// `server_name` must be set. The handshake counts in
+    /// `connect_timeout_ns`. null: plain TCP.
+    tls: ?*const TlsConfig = null,
 };
 
 /// How long a Lock or Wait may wait, and how it can be cancelled.
@@ -177,6 +193,12 @@ fn splitHostPort(text: []const u8) error{InvalidPort}!struct { host: []const u8,
     const colon = std.mem.lastIndexOfScalar(u8, text, ':') orelse return .{ .host = text, .port = default_port };
     if (std.mem.indexOfScalar(u8, text, ':') != colon) return .{ .host = text, .port = default_port }; // a bare IPv6
     return .{ .host = text[0..colon], .port = std.fmt.parseInt(u16, text[colon + 1 ..], 10) catch return error.InvalidPort };
+}
+
+/// The host of "host:port", "[v6]:port" or a bare host.
+pub fn hostOf(address: []const u8) []const u8 {
+    const hp = splitHostPort(address) catch return address;
+    return hp.host;
 }
 
 /// Connects to `address` ("host:port", names resolved), trying each
@@ -335,14 +357,29 @@ pub const Client = struct {
 
         const sock = try self.connect();
         defer posix.close(sock);
-        try sendAll(sock, frame, self.options.connect_timeout_ns);
+        var link: tls.Link = .{ .sock = sock };
+        // One request's TLS state, in place on this stack (about 70 KiB):
+        // the v1 client allocates nothing.
+        var conn: tls.Conn = undefined;
+        if (self.options.tls) |config| {
+            const name = config.server_name orelse return error.ServerNameRequired;
+            try conn.connect(sock, config, name, self.options.connect_timeout_ns);
+            link.tls = &conn;
+        }
+        try link.send(frame, self.options.connect_timeout_ns);
 
         while (true) {
+            // The answer may already be in (TLS reads ahead); the answer
+            // wins over a cancellation that arrived with it.
+            var answer: [1]u8 = undefined;
+            const got = link.readNow(&answer) catch return error.Unreachable; // closed without an answer
+            if (got == 1) return wire.interpret(action, answer[0]);
+
             var timeout_ms: i32 = -1;
             if (wait_options) |w| {
                 if (w.timeout_ns) |limit| {
                     const spent = timer.read();
-                    if (spent >= limit) return giveUp(sock, action, error.Timeout);
+                    if (spent >= limit) return giveUp(link, action, error.Timeout);
                     timeout_ms = msCeil(limit - spent);
                 }
             } else if (self.options.request_timeout_ns) |limit| {
@@ -358,22 +395,13 @@ pub const Client = struct {
                 if (wait_options == null) {
                     // Request timeout. A tryLock's '+' may be on its way (a
                     // slow fsync): hang up and keep a grant that crosses it.
-                    if (action == .try_lock) return giveUp(sock, action, error.Unreachable);
+                    if (action == .try_lock) return giveUp(link, action, error.Unreachable);
                     return error.Unreachable;
                 }
                 continue; // the deadline check above decides
             }
-            // The answer wins over a cancellation that arrived with it.
-            if (fds[0].revents != 0) {
-                var answer: [1]u8 = undefined;
-                const n = posix.read(sock, &answer) catch |err| switch (err) {
-                    error.WouldBlock => continue,
-                    else => return error.Unreachable,
-                };
-                if (n == 0) return error.Unreachable; // closed without an answer
-                return wire.interpret(action, answer[0]);
-            }
-            if (fds[1].revents != 0) return giveUp(sock, action, error.Cancelled);
+            if (fds[0].revents != 0) continue; // read at the top
+            if (fds[1].revents != 0) return giveUp(link, action, error.Cancelled);
         }
     }
 
@@ -384,12 +412,6 @@ pub const Client = struct {
 };
 
 const send_flags: u32 = if (@hasDecl(posix.MSG, "NOSIGNAL")) posix.MSG.NOSIGNAL else 0;
-
-/// Writes the whole frame (in one send unless the socket buffer is full,
-/// which a fresh connection's is not).
-fn sendAll(sock: posix.socket_t, frame: []const u8, timeout_ns: u64) Error!void {
-    return sendAllTimeout(sock, frame, timeout_ns);
-}
 
 /// Writes all of `data`; on a non-blocking socket waits at most
 /// `timeout_ns` each time the buffer is full (a blocking one is bounded by
@@ -416,18 +438,27 @@ fn waitWritable(sock: posix.socket_t, timeout_ns: u64) error{Unreachable}!void {
 }
 
 /// Hangs up a waiting request, or a tryLock past its request timeout:
-/// closes the write side so the server sees EOF and withdraws the waiter,
-/// then reads briefly so a grant that crossed the hang-up is not lost. For a
-/// tryLock only a '+' changes `why`. The caller closes the socket.
-fn giveUp(sock: posix.socket_t, action: Action, why: Error) Error!bool {
-    posix.shutdown(sock, .send) catch return why;
-    var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.IN, .revents = 0 }};
-    const ready = posix.poll(&fds, hang_up_grace_ms) catch return why;
-    if (ready == 0) return why;
-    var answer: [1]u8 = undefined;
-    const n = posix.read(sock, &answer) catch return why;
-    if (n == 1 and (answer[0] == '+' or (answer[0] == '-' and action != .try_lock))) return wire.interpret(action, answer[0]);
-    return why;
+/// ends the write side (close_notify over TLS, then a shutdown) so the
+/// server sees the end of the stream and withdraws the waiter, then reads
+/// briefly so a grant that crossed the hang-up is not lost. For a tryLock
+/// only a '+' changes `why`. The caller closes the socket.
+fn giveUp(link: tls.Link, action: Action, why: Error) Error!bool {
+    link.closeWrite(@as(u64, hang_up_grace_ms) * std.time.ns_per_ms) catch return why;
+    var timer = std.time.Timer.start() catch return why;
+    const grace_ns: u64 = @as(u64, hang_up_grace_ms) * std.time.ns_per_ms;
+    while (true) {
+        var answer: [1]u8 = undefined;
+        const n = link.readNow(&answer) catch return why;
+        if (n == 1) {
+            if (answer[0] == '+' or (answer[0] == '-' and action != .try_lock)) return wire.interpret(action, answer[0]);
+            return why;
+        }
+        const spent = timer.read();
+        if (spent >= grace_ns) return why;
+        var fds = [1]posix.pollfd{.{ .fd = link.sock, .events = posix.POLL.IN, .revents = 0 }};
+        const ready = posix.poll(&fds, msCeil(grace_ns - spent)) catch return why;
+        if (ready == 0) return why;
+    }
 }
 
 /// Nanoseconds to a poll timeout in milliseconds, rounded up, capped.
@@ -439,6 +470,7 @@ pub fn msCeil(ns: u64) i32 {
 test {
     _ = wire;
     _ = session;
+    _ = tls;
 }
 
 test "parseAddress adds the default port" {

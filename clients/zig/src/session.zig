@@ -27,7 +27,12 @@
 //!
 //! Threads: a session runs a supervisor thread (it writes every frame,
 //! sends Pings and resumes) and a reader thread per connection (it matches
-//! answers to calls). `close` ends both before it returns. Memory comes
+//! answers to calls). `close` ends both before it returns. Over TLS both
+//! threads use one `tls.Conn`, which serialises them with one mutex around
+//! the TLS state (its reader changes the write keys on a KeyUpdate) but
+//! never holds it while waiting on the socket (tls.zig, `Conn`): the two
+//! threads are kept because a write that waits for room in the socket must
+//! not stop the answers from being read. Memory comes
 //! from the allocator given to `open`, which must be thread-safe (the
 //! general-purpose allocators are).
 
@@ -35,6 +40,7 @@ const std = @import("std");
 const posix = std.posix;
 const wire = @import("wire.zig");
 const root = @import("root.zig");
+const tls = @import("tls.zig");
 
 const log = std.log.scoped(.locking_center);
 
@@ -61,6 +67,14 @@ pub const Error = wire.SessionValidationError || error{
     /// An Unlock or a reset whose answer was lost: it may or may not have
     /// taken effect (never resent blindly).
     OutcomeUnknown,
+    /// `open`: the TLS handshake failed with every address that answered
+    /// (the certificate not signed by the configured CAs or not for the
+    /// server name, a server that wants a client certificate); the reason
+    /// is logged.
+    TlsHandshakeFailed,
+    /// `open` with TLS: an address is an IP and the config names no
+    /// server: Zig's TLS checks DNS names only.
+    ServerNameRequired,
     /// The session ended without Close: its holds are gone.
     SessionLost,
     /// The session was closed.
@@ -87,6 +101,10 @@ pub const Options = struct {
     source: []const u8 = "",
     /// The server's AUTH_TOKEN, or empty. Copied.
     auth: []const u8 = "",
+    /// TLS on every connection (it must outlive the session); the name
+    /// checked is the host of each address unless the config names one.
+    /// The handshake counts in connect_timeout_ns. null: plain TCP.
+    tls: ?*const tls.Config = null,
     connect_timeout_ns: u64 = 5 * std.time.ns_per_s,
     /// Answer timeout of TryLock, Unlock, the resets and Close.
     request_timeout_ns: u64 = root.default_request_timeout_ns,
@@ -230,6 +248,10 @@ pub const Session = struct {
     pub fn open(gpa: std.mem.Allocator, address: []const u8, options: Options) Error!*Session {
         if (options.source.len > wire.max_len) return error.SourceTooLong;
         if (options.auth.len > wire.max_len) return error.AuthTooLong;
+        if (options.tls) |config| {
+            var parts = std.mem.splitScalar(u8, address, ',');
+            while (parts.next()) |p| _ = try config.serverNameFor(root.hostOf(std.mem.trim(u8, p, " ")));
+        }
         const self = try gpa.create(Session);
         errdefer gpa.destroy(self);
         self.* = .{
@@ -251,18 +273,18 @@ pub const Session = struct {
         var round: usize = 1;
         const opened = while (true) : (round += 1) {
             if (self.openConn(0, options.connect_timeout_ns)) |o| break o else |e| switch (e) {
-                error.Unreachable, error.UnexpectedAnswer => if (round == open_rounds) return e,
+                error.Unreachable, error.UnexpectedAnswer, error.TlsHandshakeFailed => if (round == open_rounds) return e,
                 else => return e,
             }
             std.Thread.sleep(backoff / 2 + std.crypto.random.uintLessThan(u64, backoff / 2 + 1));
             backoff = @min(backoff * 2, max_backoff_ns);
         };
-        errdefer posix.close(opened.sock);
+        errdefer self.closeLink(opened.link);
         self.id = opened.answer.session;
         self.ttl_ns = @as(u64, opened.answer.ttl_ms) * std.time.ns_per_ms;
         self.confirmed = opened.sent_at;
         self.last_sent = opened.sent_at;
-        self.supervisor = std.Thread.spawn(.{}, run, .{ self, opened.sock }) catch return error.Unreachable;
+        self.supervisor = std.Thread.spawn(.{}, run, .{ self, opened.link }) catch return error.Unreachable;
         return self;
     }
 
@@ -773,7 +795,13 @@ pub const Session = struct {
         }
     }
 
-    const Opened = struct { sock: posix.socket_t, answer: wire.OpenAnswer, sent_at: u64 };
+    const Opened = struct { link: tls.Link, answer: wire.OpenAnswer, sent_at: u64 };
+
+    /// Closes the socket and frees the TLS state of a connection no thread uses.
+    fn closeLink(self: *Session, link: tls.Link) void {
+        posix.close(link.sock);
+        if (link.tls) |c| self.gpa.destroy(c);
+    }
 
     /// One round over the addresses, in random order, until one answers
     /// the open; each attempt within limit_ns. A '-' is the server's word
@@ -792,7 +820,11 @@ pub const Session = struct {
         var last: Error = error.Unreachable;
         for (list[0..n]) |a| {
             if (self.openAt(a, resume_id, limit_ns)) |o| return o else |e| switch (e) {
-                error.Unreachable, error.UnexpectedAnswer => last = e,
+                // A handshake failure says more than a node that is down.
+                error.Unreachable, error.UnexpectedAnswer => if (last != error.TlsHandshakeFailed) {
+                    last = e;
+                },
+                error.TlsHandshakeFailed => last = e,
                 else => return e,
             }
         }
@@ -809,39 +841,43 @@ pub const Session = struct {
         });
         const deadline = self.now() + limit_ns;
         const sock = try root.connectHost(self.gpa, address, limit_ns);
-        errdefer posix.close(sock);
+        var link: tls.Link = .{ .sock = sock };
+        errdefer self.closeLink(link);
+        if (self.options.tls) |config| {
+            const name = try config.serverNameFor(root.hostOf(address));
+            const c = try self.gpa.create(tls.Conn);
+            link.tls = c;
+            try c.connect(sock, config, name, deadline -| self.now());
+        }
         const sent_at = self.now();
-        try root.sendAllTimeout(sock, frame, limit_ns);
+        try link.send(frame, limit_ns);
         var b: [wire.answer_len]u8 = undefined;
         var got: usize = 0;
         while (got < b.len) {
+            const r = link.readNow(b[got..]) catch return error.Unreachable;
+            got += r;
+            if (r > 0) continue;
             const n = self.now();
             if (n >= deadline) return error.Unreachable;
             var fds = [1]posix.pollfd{.{ .fd = sock, .events = posix.POLL.IN, .revents = 0 }};
             const ready = posix.poll(&fds, root.msCeil(deadline - n)) catch return error.Unreachable;
             if (ready == 0) return error.Unreachable;
-            const r = posix.read(sock, b[got..]) catch |e| switch (e) {
-                error.WouldBlock => continue,
-                else => return error.Unreachable,
-            };
-            if (r == 0) return error.Unreachable;
-            got += r;
         }
         const a = wire.decodeOpenAnswer(&b);
         if (a.status == '+' and a.ttl_ms != 0 and a.session != 0) {
             root.setBlocking(sock) catch return error.Unreachable;
-            return .{ .sock = sock, .answer = a, .sent_at = sent_at };
+            return .{ .link = link, .answer = a, .sent_at = sent_at };
         }
         if (a.status == '-') return if (resume_id != 0) error.SessionLost else error.Refused;
         return error.UnexpectedAnswer;
     }
 
     /// The supervisor: serves each connection, resumes after a loss.
-    fn run(self: *Session, first: posix.socket_t) void {
-        var sock = first;
+    fn run(self: *Session, first: tls.Link) void {
+        var link = first;
         while (true) {
-            self.serve(sock);
-            posix.close(sock);
+            self.serve(link);
+            self.closeLink(link);
             {
                 self.mu.lock();
                 defer self.mu.unlock();
@@ -849,7 +885,7 @@ pub const Session = struct {
                 if (!(self.closing and self.close_ok)) self.disconnected();
             }
             if (self.isClosedOk()) return self.finish(.closed);
-            sock = self.resumeLoop() catch |e| {
+            link = self.resumeLoop() catch |e| {
                 const closing = blk: {
                     self.mu.lock();
                     defer self.mu.unlock();
@@ -866,7 +902,7 @@ pub const Session = struct {
         return self.closing and self.close_ok;
     }
 
-    fn resumeLoop(self: *Session) EndError!posix.socket_t {
+    fn resumeLoop(self: *Session) EndError!tls.Link {
         var backoff: u64 = min_backoff_ns;
         while (true) {
             const deadline = blk: {
@@ -882,7 +918,7 @@ pub const Session = struct {
                 defer self.mu.unlock();
                 self.resumed(o.sent_at);
                 log.info("session {x:0>16} resumed", .{self.id});
-                return o.sock;
+                return o.link;
             } else |e| switch (e) {
                 error.SessionLost => return error.lost_resume_refused,
                 else => {},
@@ -896,7 +932,8 @@ pub const Session = struct {
         }
     }
 
-    fn serve(self: *Session, sock: posix.socket_t) void {
+    fn serve(self: *Session, link: tls.Link) void {
+        const sock = link.sock;
         {
             self.mu.lock();
             defer self.mu.unlock();
@@ -904,8 +941,8 @@ pub const Session = struct {
             self.sock = sock;
             self.broken = false;
         }
-        const reader = std.Thread.spawn(.{}, readLoop, .{ self, sock }) catch null;
-        if (reader != null) self.writeLoop(sock);
+        const reader = std.Thread.spawn(.{}, readLoop, .{ self, link }) catch null;
+        if (reader != null) self.writeLoop(link);
         {
             self.mu.lock();
             defer self.mu.unlock();
@@ -916,12 +953,11 @@ pub const Session = struct {
         if (reader) |r| r.join();
     }
 
-    fn readLoop(self: *Session, sock: posix.socket_t) void {
+    fn readLoop(self: *Session, link: tls.Link) void {
         var buf: [64 * wire.answer_len]u8 = undefined;
         var have: usize = 0;
         while (true) {
-            const n = posix.read(sock, buf[have..]) catch break;
-            if (n == 0) break;
+            const n = link.read(buf[have..]) catch break;
             have += n;
             var at: usize = 0;
             self.mu.lock();
@@ -938,10 +974,10 @@ pub const Session = struct {
         self.wake.broadcast();
     }
 
-    fn writeLoop(self: *Session, sock: posix.socket_t) void {
+    fn writeLoop(self: *Session, link: tls.Link) void {
         const ping_every = self.ttl_ns / 3;
         const dead_after = self.ttl_ns / 3; // a Ping unanswered this long: the connection is dead
-        root.setSendTimeout(sock, @max(ping_every, std.time.ns_per_s)) catch {};
+        root.setSendTimeout(link.sock, @max(ping_every, std.time.ns_per_s)) catch {};
         var out: std.ArrayList(u8) = .empty;
         defer out.deinit(self.gpa);
         self.mu.lock();
@@ -957,7 +993,7 @@ pub const Session = struct {
             self.take(&out, n) catch return; // out of memory: drop the connection and resume
             if (out.items.len > 0) {
                 self.mu.unlock();
-                const ok = if (root.sendAllTimeout(sock, out.items, std.math.maxInt(u64))) true else |_| false;
+                const ok = if (link.send(out.items, std.math.maxInt(u64))) true else |_| false;
                 self.mu.lock();
                 if (!ok) return;
                 continue;

@@ -7,4 +7,5 @@ test {
     _ = @import("session_vectors.zig");
     _ = @import("session.zig");
     _ = @import("cluster.zig");
+    _ = @import("tls.zig");
 }

@@ -9,18 +9,7 @@ const common = @import("common.zig");
 const testing = std.testing;
 const alloc = testing.allocator;
 
-/// The fixture's variable (owned), or a skip, or under CI=true a failure.
-fn need(name: []const u8) ![]u8 {
-    if (common.env(name)) |v| return v;
-    const ci = common.env("CI");
-    defer if (ci) |c| alloc.free(c);
-    if (ci != null and std.mem.eql(u8, ci.?, "true")) {
-        std.debug.print("{s} is not set under CI=true (clients/run-tests starts the fixture)\n", .{name});
-        return error.FixtureMissing;
-    }
-    std.debug.print("SKIPPED: {s} is not set (clients/run-tests starts the cluster fixture)\n", .{name});
-    return error.SkipZigTest;
-}
+const need = common.need;
 
 /// POST path to the fixture's control API; the parsed JSON answer.
 fn control(path: []const u8) !std.json.Parsed(std.json.Value) {

@@ -14,6 +14,19 @@ pub fn env(name: []const u8) ?[]u8 {
     return v;
 }
 
+/// The fixture's variable (owned), or a skip, or under CI=true a failure.
+pub fn need(name: []const u8) ![]u8 {
+    if (env(name)) |v| return v;
+    const ci = env("CI");
+    defer if (ci) |c| std.testing.allocator.free(c);
+    if (ci != null and std.mem.eql(u8, ci.?, "true")) {
+        std.debug.print("{s} is not set under CI=true (clients/run-tests starts the fixture)\n", .{name});
+        return error.FixtureMissing;
+    }
+    std.debug.print("SKIPPED: {s} is not set (clients/run-tests starts the fixture)\n", .{name});
+    return error.SkipZigTest;
+}
+
 /// A key no other run or test uses: zig-<name>-<random hex>. Keys are
 /// [a-z0-9-] only, so they go into a URL path unescaped.
 pub fn uniqueKey(buf: []u8, name: []const u8) []const u8 {
@@ -111,6 +124,15 @@ pub fn keyToken(web: []const u8, key: []const u8) ?u64 {
     return if (t == .integer) @intCast(t.integer) else null;
 }
 
+/// A TLS handshake with the lock port at `address` succeeds (server name "localhost").
+fn tlsAnswers(address: []const u8, cfg: *const lc.TlsConfig) bool {
+    const sock = lc.connectHost(std.testing.allocator, address, std.time.ns_per_s) catch return false;
+    defer posix.close(sock);
+    var conn: lc.tls.Conn = undefined;
+    conn.handshake(sock, cfg, "localhost", std.time.ns_per_s) catch return false;
+    return true;
+}
+
 fn freePort() !u16 {
     const any = try std.net.Address.parseIp("127.0.0.1", 0);
     var server = try any.listen(.{});
@@ -127,14 +149,25 @@ pub const OwnServer = struct {
     web: [32]u8 = undefined,
     web_len: usize = 0,
     data_path: ?[]const u8,
+    /// With TLS (TLS_CERT/TLS_KEY from this folder's server.pem and
+    /// server-key.pem): readiness is a TLS handshake with its ca.pem.
+    tls_dir: ?[]const u8 = null,
     child: ?std.process.Child = null,
 
     /// error.SkipZigTest when $LC_SERVER_BIN is unset.
     pub fn start(data_path: ?[]const u8) !OwnServer {
+        return startTls(data_path, null);
+    }
+
+    /// `start`, speaking TLS with the certificates in `tls_dir` (which must
+    /// outlive the server) when it is not null.
+    pub fn startTls(data_path: ?[]const u8, tls_dir: ?[]const u8) !OwnServer {
         const bin = env("LC_SERVER_BIN") orelse return error.SkipZigTest;
-        var s = OwnServer{ .bin = bin, .data_path = data_path };
+        var s = OwnServer{ .bin = bin, .data_path = data_path, .tls_dir = tls_dir };
+        errdefer std.testing.allocator.free(bin);
         s.address_len = (try std.fmt.bufPrint(&s.address, "127.0.0.1:{d}", .{try freePort()})).len;
         s.web_len = (try std.fmt.bufPrint(&s.web, "127.0.0.1:{d}", .{try freePort()})).len;
+        errdefer s.stop(); // a server that started but never became ready
         try s.restart();
         return s;
     }
@@ -147,7 +180,8 @@ pub const OwnServer = struct {
         return self.web[0..self.web_len];
     }
 
-    /// Starts it (again, same ports and settings); waits for /readyz 200.
+    /// Starts it (again, same ports and settings); waits for /readyz 200
+    /// (with TLS: for a TLS handshake on the lock port).
     pub fn restart(self: *OwnServer) !void {
         const alloc = std.testing.allocator;
         var env_map = try std.process.getEnvMap(alloc);
@@ -155,6 +189,19 @@ pub const OwnServer = struct {
         try env_map.put("BIND_ADDRESS", self.addr());
         try env_map.put("WEB_ADDRESS", self.webAddr());
         if (self.data_path) |p| try env_map.put("DATA_PATH", p);
+        var cfg: ?lc.TlsConfig = null;
+        defer if (cfg) |*c| c.deinit();
+        if (self.tls_dir) |d| {
+            const cert = try std.fs.path.join(alloc, &.{ d, "server.pem" });
+            defer alloc.free(cert);
+            const key = try std.fs.path.join(alloc, &.{ d, "server-key.pem" });
+            defer alloc.free(key);
+            const ca = try std.fs.path.join(alloc, &.{ d, "ca.pem" });
+            defer alloc.free(ca);
+            try env_map.put("TLS_CERT", cert);
+            try env_map.put("TLS_KEY", key);
+            cfg = try lc.TlsConfig.init(alloc, .{ .ca_file = ca });
+        }
         var child = std.process.Child.init(&.{self.bin}, alloc);
         child.env_map = &env_map;
         child.stdout_behavior = .Ignore;
@@ -164,7 +211,9 @@ pub const OwnServer = struct {
         var timer = try std.time.Timer.start();
         var body: [64]u8 = undefined;
         while (timer.read() < 10 * std.time.ns_per_s) {
-            if (http(self.webAddr(), "GET", "/readyz", &body)) |r| if (r.status == 200) return;
+            if (cfg) |*c| {
+                if (tlsAnswers(self.addr(), c)) return;
+            } else if (http(self.webAddr(), "GET", "/readyz", &body)) |r| if (r.status == 200) return;
             sleepMs(20);
         }
         return error.ServerNotReady;

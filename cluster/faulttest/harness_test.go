@@ -86,11 +86,11 @@ func (f *faultRun) awaitLeaderOf(live []*node, within time.Duration) (*node, tim
 
 // tally is a fault's row of the table.
 type tally struct {
-	name                                               string
-	runs, ops, grants, unknown                         int
-	double, lost, order, minority, sessions, expiry    int
-	porcupineFailed                                    int
-	figures                                            map[string][]time.Duration
+	name                                            string
+	runs, ops, grants, unknown                      int
+	double, lost, order, minority, sessions, expiry int
+	porcupineFailed                                 int
+	figures                                         map[string][]time.Duration
 }
 
 func (ty *tally) add(v verdict, f *faultRun) {

@@ -384,15 +384,33 @@ func (f *Frontend) forwarded(c net.Conn, remote string) {
 // LeaderWait for one.
 func (f *Frontend) route(c net.Conn, forwarded bool) {
 	deadline := time.Now().Add(f.LeaderWait)
+	// held watches c once it has to wait: a client that hangs up while
+	// held is dropped, never handed on (holdWatch).
+	var held *holdWatch
+	unhold := func() bool {
+		if held != nil {
+			c, held = held.release(), nil
+			if c == nil {
+				f.Logger.Debug("cluster: a client hung up while its connection was held for a leader; nothing forwarded")
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		f.mu.Lock()
 		e, changed, closed := f.eng, f.changed, f.closed
 		f.mu.Unlock()
 		if closed {
-			c.Close()
+			if unhold() {
+				c.Close()
+			}
 			return
 		}
 		if e != nil {
+			if !unhold() {
+				return
+			}
 			if e.ln.deliver(c) {
 				return
 			}
@@ -402,24 +420,40 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 		if forwarded && !leads {
 			// A stale hint sent it here: no second hop. The client is
 			// told nothing and retries.
-			c.Close()
+			if unhold() {
+				c.Close()
+			}
 			return
 		}
 		if !leads {
-			if id, addr := f.node.Leader(); id != "" && id != f.node.ID() && f.proxy(c, id, addr) {
-				return
+			if id, addr := f.node.Leader(); id != "" && id != f.node.ID() {
+				if !unhold() {
+					return
+				}
+				if f.proxy(c, id, addr) {
+					return
+				}
 			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			f.noLeader(c)
+			if unhold() {
+				f.noLeader(c)
+			}
 			return
+		}
+		if held == nil {
+			held = watchHeld(c)
 		}
 		t := time.NewTimer(min(left, 50*time.Millisecond))
 		select {
 		case <-changed:
 		case <-t.C:
 		case <-f.done:
+		case <-held.gone:
+			t.Stop()
+			unhold() // the client hung up: c is closed
+			return
 		}
 		t.Stop()
 	}

@@ -130,7 +130,13 @@ func (r *run) v1Ask(ni int, op history.Op, f protocol.Frame, wait time.Duration)
 	if _, err := io.ReadFull(conn, ans[:]); err != nil {
 		return 0, h, err
 	}
-	r.rec.Return(h, outcomeOf(ans[0]), 0)
+	o := outcomeOf(ans[0])
+	if op.Kind == history.Unlock && o == history.Fail {
+		// Not held, or the release could not be recorded (SPEC §8.5):
+		// nothing changed, which "applied or not" covers.
+		o = history.Unknown
+	}
+	r.rec.Return(h, o, 0)
 	return ans[0], h, nil
 }
 
@@ -177,11 +183,11 @@ func (r *run) v1Client(ctx context.Context, id int, rng *rand.Rand) {
 				sleepCtx(context.Background(), 20*time.Millisecond)
 				continue
 			}
-			if err != nil {
+			if err != nil || a != protocol.AnswerOK {
+				// Not known, or '-' (not held, or not recorded): the reset
+				// of its own source settles it. A hold that was lost shows
+				// in the history as another client's grant meanwhile.
 				r.v1Settle(ctx, id, name, rng)
-			} else if a != protocol.AnswerOK {
-				// Nobody else releases this client's keys: its '+' was lost.
-				r.problem("lost", "%s: Unlock of %s, granted to it, answered %q", name, key, a)
 			}
 			break
 		}
@@ -314,6 +320,7 @@ type sessionClient struct {
 	unsure    string    // the key of a request whose outcome is not known
 	held      string
 	token     uint64
+	refusals  int // '-' answers in a row to the Unlock of held
 }
 
 func (w *sessionClient) who() string { return fmt.Sprintf("%s.%d", w.name, w.gen) }
@@ -378,6 +385,27 @@ func (r *run) sessionRequest(w *sessionClient, kind history.Kind, a protocol.Act
 		return
 	}
 	w.confirmed = sent
+	if kind == history.Unlock && ans.Status == protocol.AnswerFail {
+		// '-' to an Unlock: not held, or the release could not be
+		// recorded (a deposed leader's ErrNotLeader, SPEC §8.5): nothing
+		// changed either way, which "applied or not" covers. The client
+		// asks again through another node (the one that answered may be
+		// deposed, and closes its connections) until an answer is '+' or
+		// the same '-' comes from the leader three times.
+		r.rec.ReturnAt(h, history.Unknown, 0, time.Now())
+		w.s.close()
+		w.s = nil
+		if token == 0 {
+			return // a settle: '-' is "not held"
+		}
+		if w.refusals++; w.refusals < 3 {
+			return // held and token kept: asked again after the resume
+		}
+		r.problem("lost", "%s: Unlock of %s under its token %d answered '-' three times", w.who(), key, token)
+		w.held, w.token, w.refusals = "", 0, 0
+		return
+	}
+	w.refusals = 0
 	r.rec.Return(h, outcomeOf(ans.Status), ans.Token)
 	switch kind {
 	case history.Lock, history.TryLock:
@@ -388,9 +416,6 @@ func (r *run) sessionRequest(w *sessionClient, kind history.Kind, a protocol.Act
 			w.held, w.token = key, ans.Token
 		}
 	case history.Unlock:
-		if token != 0 && ans.Status != protocol.AnswerOK {
-			r.problem("lost", "%s: Unlock of %s under its token %d answered %q", w.who(), key, token, ans.Status)
-		}
 		if token != 0 && ans.Status == protocol.AnswerOK && ans.Token != token {
 			r.problem("token", "%s: Unlock of %s under token %d answered token %d", w.who(), key, token, ans.Token)
 		}

@@ -143,7 +143,7 @@ func (n *Node) start(peers []Peer) error {
 		}
 		cfg.Logger.Info("cluster: bootstrapped", "node", cfg.NodeID, "peers", len(servers))
 	}
-	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, failingLogs(n.store), n.store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

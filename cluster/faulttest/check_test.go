@@ -3,7 +3,9 @@ package faulttest
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/locking-center/locking-center/walog/crashtest/history"
@@ -36,12 +38,12 @@ func isGrant(op history.Op) bool {
 func (r *run) check() verdict {
 	ops := r.rec.Ops()
 	var v verdict
-	rep, err := history.Check(ops, 2*time.Minute)
+	rep, err := history.Check(ops, checkTimeout)
 	v.ops, v.grants, v.unknown = rep.Ops, rep.Grants, rep.Unknown
 	v.porcupine = "ok"
 	if err != nil {
 		v.porcupine = "FAILED"
-		v.problems = append(v.problems, "porcupine: "+err.Error())
+		v.problems = append(v.problems, "porcupine: "+err.Error()+"; every operation: "+dumpOps(ops))
 	}
 
 	// Double grants: a grant's hold runs at least from its '+' to the
@@ -157,3 +159,31 @@ func (r *run) check() verdict {
 	r.mu.Unlock()
 	return v
 }
+
+// dumpOps writes ops, by key and call time, to a temporary file and
+// returns its name, for a reader of a failed check.
+func dumpOps(ops []history.Op) string {
+	sorted := slices.Clone(ops)
+	slices.SortFunc(sorted, func(a, b history.Op) int { return cmp.Or(cmp.Compare(a.Key, b.Key), a.Call.Compare(b.Call)) })
+	var b strings.Builder
+	start := sorted[0].Call
+	for _, op := range sorted {
+		if op.Call.Before(start) {
+			start = op.Call
+		}
+	}
+	for _, op := range sorted {
+		fmt.Fprintf(&b, "%-28s [%10.1f, %10.1f] c%-2d %-12s %-8s tok %d → %s\n", op.Key, float64(op.Call.Sub(start))/1e6,
+			float64(op.Return.Sub(start))/1e6, op.Client, op.Kind, op.Who, op.Token, op.Outcome)
+	}
+	f, err := os.CreateTemp("", "cluster-history-*.txt")
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	_, _ = f.WriteString(b.String())
+	return f.Name()
+}
+
+// checkTimeout bounds porcupine's search of one run's history.
+var checkTimeout = time.Minute

@@ -3,6 +3,7 @@ package faulttest
 import (
 	"errors"
 	"io"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -173,9 +174,66 @@ var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 	for _, nd := range order {
 		at := time.Now()
 		nd.signal(syscall.SIGTERM)
+		stopped := time.Since(at)
+		f.measure("SIGTERM→exit", stopped)
+		if stopped > 5*time.Second {
+			f.note("%s took %v to stop on SIGTERM (leader: %v); its log's last lines:\n%s", nd.id, stopped.Round(time.Millisecond),
+				nd == f.leader, tail(nd.log.String(), 40))
+		}
 		nd.start(f.t)
 		f.awaitLeaderOf(f.c.nodes, 30*time.Second)
 		f.measure("stop→whole again", time.Since(at))
+	}
+}}
+
+// clockSkew restarts a follower with its lock table's clock an hour off
+// (LC_CLOCK_OFFSET, the failpoint build; ahead and behind by turns) and
+// kills leaders until it leads, so that its clock gives tokens, since and
+// TTL deadlines under load; at the end it is restarted with the true
+// clock.
+var clockSkew = fault{name: "clock-1h-off", inject: func(f *faultRun) {
+	skewed := f.follower()
+	off := "1h"
+	if f.rng.IntN(2) == 0 {
+		off = "-1h"
+	}
+	skewed.signal(syscall.SIGTERM)
+	skewed.extra = []string{"LC_CLOCK_OFFSET=" + off}
+	skewed.start(f.t)
+	cur, _ := f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	for range 4 {
+		if cur == skewed {
+			break
+		}
+		cur.kill()
+		f.awaitLeaderOf(f.c.others(cur), 30*time.Second)
+		cur.start(f.t)
+		cur, _ = f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	}
+	f.note("%s's clock %s off, leading: %v", skewed.id, off, cur == skewed)
+	time.Sleep(time.Second) // load under the skewed leader
+	skewed.signal(syscall.SIGTERM)
+	skewed.start(f.t)
+}}
+
+// failingWrites makes the leader's raft log writes fail (LC_RAFT_FAIL_WRITES,
+// the failpoint build) until another node leads: it must step down, and
+// nothing it could not write may have been acknowledged (the history and
+// the witnesses say).
+var failingWrites = fault{name: "leader-log-writes-fail", inject: func(f *faultRun) {
+	if err := os.WriteFile(f.leader.fail, nil, 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	at := time.Now()
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader), 30*time.Second)
+	f.measure("fail→new leader", time.Since(at))
+	if st, err := f.leader.status(); err == nil && st.State == "leader" {
+		f.r.problem("stepdown", "%s still leads with its log writes failing, beside %s", f.leader.id, nl.id)
+	}
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	if err := os.Remove(f.leader.fail); err != nil {
+		f.t.Fatal(err)
 	}
 }}
 
@@ -183,7 +241,7 @@ var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 func TestClusterFaults3(t *testing.T) {
 	c := startCluster(t, "f3", 31, 3)
 	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killFollower, killAll, stopLeader, partitionLeader,
-		isolateFollower, oneWayCut, lossyLeader, rollingRestart})
+		isolateFollower, oneWayCut, lossyLeader, rollingRestart, clockSkew, failingWrites})
 }
 
 // TestClusterFaults5 runs the faults of five nodes.

@@ -121,6 +121,9 @@ func table(rows []*tally) string {
 	fmt.Fprintf(&b, "\n%-22s %5s %7s %6s %6s %7s %5s %6s %8s %8s %6s %-10s\n", "fault", "runs", "ops", "grants", "unkn", "double", "lost",
 		"order", "minority", "sessions", "expiry", "porcupine")
 	for _, ty := range rows {
+		if ty.runs == 0 {
+			continue // not run (-run)
+		}
 		p := "ok"
 		if ty.porcupineFailed > 0 {
 			p = fmt.Sprintf("%d FAILED", ty.porcupineFailed)
@@ -223,6 +226,7 @@ type witness struct {
 // oneRun is one run of ft: load, witnesses and a silent session, the
 // fault, the recovery, then the checks.
 func oneRun(t *testing.T, c *cluster, ft fault, idx int, seed uint64) {
+	began := time.Now()
 	c.heal(t)
 	leader, err := c.leaderWithin(c.nodes, 30*time.Second)
 	if err != nil {
@@ -311,7 +315,8 @@ func oneRun(t *testing.T, c *cluster, ft fault, idx int, seed uint64) {
 	v := r.check()
 	f.measure("fault→whole again", healed.Sub(faultAt))
 	record(ft.name, v, f)
-	t.Logf("%s run %d: %d ops (%d grants, %d unknown), porcupine %s; %s", ft.name, idx, v.ops, v.grants, v.unknown, v.porcupine, strings.Join(f.notes, "; "))
+	t.Logf("%s run %d (%v): %d ops (%d grants, %d unknown), porcupine %s; %s", ft.name, idx, time.Since(began).Round(time.Millisecond),
+		v.ops, v.grants, v.unknown, v.porcupine, strings.Join(f.notes, "; "))
 	if v.failed() {
 		t.Errorf("%s run %d:\n%s", ft.name, idx, strings.Join(v.problems, "\n"))
 	}

@@ -27,7 +27,7 @@ const (
 	answerTimeout = 3 * time.Second
 	// lockWait is how long a Lock waits in the queue before it is
 	// cancelled (a session) or given up on (v1: an unknown outcome).
-	lockWait = 1500 * time.Millisecond
+	lockWait = 2 * time.Second
 )
 
 // window is a time during which node was in a minority (cut off from the
@@ -128,7 +128,28 @@ func (r *run) v1Ask(ni int, op history.Op, f protocol.Frame, wait time.Duration)
 	_ = conn.SetReadDeadline(time.Now().Add(wait))
 	var ans [1]byte
 	if _, err := io.ReadFull(conn, ans[:]); err != nil {
-		return 0, h, err
+		if op.Kind != history.Lock || !isTimeout(err) {
+			return 0, h, err
+		}
+		// A Lock waited too long: hang up as the clients do (close the
+		// write side, read on). The server withdraws the waiter and
+		// closes, or the grant crossed the hang-up and its '+' comes.
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			return 0, h, err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(answerTimeout))
+		n, err := conn.Read(ans[:])
+		switch {
+		case n == 1:
+		case errors.Is(err, io.EOF):
+			// Withdrawn — or granted and given back when the '+' could
+			// not be written: either way not held now.
+			r.rec.Return(h, history.Unknown, 0)
+			r.mayHaveGivenBack(op.Client, op.Key, op.Who, false, r.rec.CallTime(h), time.Now())
+			return 0, h, nil
+		default:
+			return 0, h, err
+		}
 	}
 	o := outcomeOf(ans[0])
 	if op.Kind == history.Unlock && o == history.Fail {
@@ -170,7 +191,7 @@ func (r *run) v1Client(ctx context.Context, id int, rng *rand.Rand) {
 			if kind == history.Lock {
 				r.mayHaveGivenBack(id, key, name, false, r.rec.CallTime(h), time.Now())
 			}
-			r.v1Settle(ctx, id, name, rng)
+			r.v1Settle(id, name, key, rng)
 			continue
 		case a != protocol.AnswerOK:
 			continue
@@ -187,7 +208,7 @@ func (r *run) v1Client(ctx context.Context, id int, rng *rand.Rand) {
 				// Not known, or '-' (not held, or not recorded): the reset
 				// of its own source settles it. A hold that was lost shows
 				// in the history as another client's grant meanwhile.
-				r.v1Settle(ctx, id, name, rng)
+				r.v1Settle(id, name, key, rng)
 			}
 			break
 		}
@@ -195,19 +216,64 @@ func (r *run) v1Client(ctx context.Context, id int, rng *rand.Rand) {
 }
 
 // v1Settle resets the client's source until a node answers '+'; every
-// call of the client still open is then settled as of that answer.
-func (r *run) v1Settle(ctx context.Context, id int, name string, rng *rand.Rand) {
+// call of the client still open is then settled as of that answer. The
+// client can hold nothing but key (it holds one key at most, and settles
+// before it asks for another), so each reset is recorded on key alone: on
+// every other key it changes nothing whatever its outcome, and attempts
+// left unknown on every key would make the history needlessly hard for
+// porcupine.
+func (r *run) v1Settle(id int, name, key string, rng *rand.Rand) {
 	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		a, h, err := r.v1Ask(rng.IntN(len(r.c.nodes)), history.Op{Client: id, Kind: history.ResetSource, Key: history.AllKeys, Who: name},
-			protocol.Frame{Action: protocol.ResetBySource, Source: name}, answerTimeout)
-		if h >= 0 && err == nil && a == protocol.AnswerOK {
-			r.rec.Settle(time.Now(), func(c int) bool { return c == id })
+	op := history.Op{Client: id, Kind: history.ResetSource, Key: key, Who: name}
+	f := protocol.Frame{Action: protocol.ResetBySource, Source: name}
+	// The first attempt is recorded as it is made. Once one is left
+	// unknown, the later attempts are recorded only if answered '+': an
+	// unknown one's window would lie inside the first's, which already
+	// covers whatever it may have done.
+	a, h, err := r.v1Ask(rng.IntN(len(r.c.nodes)), op, f, answerTimeout)
+	unknown := h >= 0 && err != nil
+	for !(h >= 0 && err == nil && a == protocol.AnswerOK) {
+		if time.Now().After(deadline) {
+			r.problem("stuck", "%s: no node answered its ResetBySource for a minute", name)
 			return
 		}
 		sleepCtx(context.Background(), 50*time.Millisecond)
+		if !unknown {
+			a, h, err = r.v1Ask(rng.IntN(len(r.c.nodes)), op, f, answerTimeout)
+			unknown = h >= 0 && err != nil
+			continue
+		}
+		sent := time.Now()
+		a, err = v1Quiet(r.c.nodes[rng.IntN(len(r.c.nodes))].client(), f, answerTimeout)
+		if err == nil && a == protocol.AnswerOK {
+			o := op
+			o.Outcome, o.Call, o.Return = history.OK, sent, time.Now()
+			r.rec.Add(o)
+			h = 0
+		}
 	}
-	r.problem("stuck", "%s: no node answered its ResetBySource for a minute", name)
+	r.rec.Settle(time.Now(), func(c int) bool { return c == id })
+}
+
+// v1Quiet sends f to addr and reads its answer, recording nothing.
+func v1Quiet(addr string, f protocol.Frame, wait time.Duration) (byte, error) {
+	b, err := f.Append(nil)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		return 0, err
+	}
+	_ = conn.(*net.TCPConn).SetLinger(0)
+	defer conn.Close()
+	if _, err := conn.Write(b); err != nil {
+		return 0, err
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	var ans [1]byte
+	_, err = io.ReadFull(conn, ans[:])
+	return ans[0], err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

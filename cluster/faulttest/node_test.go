@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,7 @@ type node struct {
 	ns    string
 	ip    string
 	dir   string
+	fail  string // the file whose existence fails raft's log writes (LC_RAFT_FAIL_WRITES)
 	bin   string
 	env   []string // the environment of every start
 	extra []string // added for the next start only
@@ -68,6 +70,7 @@ func startCluster(t testing.TB, tag string, subnet, n int, env ...string) *clust
 	}
 	for i := range n {
 		nd := &node{i: i, id: fmt.Sprintf("n%d", i+1), ns: nw.ns(i), ip: nw.addr(i), dir: t.TempDir(), bin: bin, log: &lctest.SyncBuffer{}}
+		nd.fail = filepath.Join(t.TempDir(), "fail-writes")
 		nd.env = append([]string{
 			"PATH=" + os.Getenv("PATH"),
 			"NODE_ID=" + nd.id,
@@ -78,6 +81,7 @@ func startCluster(t testing.TB, tag string, subnet, n int, env ...string) *clust
 			"CLUSTER_TOKEN=" + token,
 			"RAFT_DIR=" + nd.dir,
 			"MAX_CONNECTIONS_PER_PEER=-1", // every client comes from the bridge's one address
+			"LC_RAFT_FAIL_WRITES=" + nd.fail,
 		}, env...)
 		c.nodes = append(c.nodes, nd)
 	}

@@ -17,12 +17,19 @@ import (
 	"github.com/locking-center/locking-center/client"
 	"github.com/locking-center/locking-center/client/protocol"
 	"github.com/locking-center/locking-center/internal/lctest"
-	"github.com/locking-center/locking-center/walog/crashtest/history"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	lctest.RemoveBinaries()
+	httpc.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "faulttest: goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -310,7 +317,7 @@ func oneRun(t *testing.T, c *cluster, ft fault, idx int, seed uint64) {
 	if err := checker.Err(); err != nil {
 		r.problem("session", "checker session: %v", err)
 	}
-	silent.wait(t)
+	silent.wait()
 
 	v := r.check()
 	f.measure("fault→whole again", healed.Sub(faultAt))
@@ -384,15 +391,5 @@ func startSilent(t *testing.T, r *run, safe *node, key string, checker *client.S
 	return ss
 }
 
-func (ss *silentSession) wait(t *testing.T) { <-ss.done }
-
-// historyOps is for debugging a failed run: the ops of a key.
-func historyOps(r *run, key string) []history.Op {
-	var out []history.Op
-	for _, op := range r.rec.Ops() {
-		if op.Key == key {
-			out = append(out, op)
-		}
-	}
-	return out
-}
+// wait waits for the check of the silent session to end.
+func (ss *silentSession) wait() { <-ss.done }

@@ -325,7 +325,11 @@ func oneRun(t *testing.T, c *cluster, ft fault, idx int, seed uint64) {
 	t.Logf("%s run %d (%v): %d ops (%d grants, %d unknown), porcupine %s; %s", ft.name, idx, time.Since(began).Round(time.Millisecond),
 		v.ops, v.grants, v.unknown, v.porcupine, strings.Join(f.notes, "; "))
 	if v.failed() {
-		t.Errorf("%s run %d:\n%s", ft.name, idx, strings.Join(v.problems, "\n"))
+		var logs strings.Builder
+		for _, nd := range c.nodes {
+			fmt.Fprintf(&logs, "--- %s, the last lines of its log:\n%s\n", nd.id, tail(nd.log.String(), 60))
+		}
+		t.Errorf("%s run %d:\n%s\nthe run's operations: %s\n%s", ft.name, idx, strings.Join(v.problems, "\n"), dumpOps(r.rec.Ops()), logs.String())
 	}
 }
 

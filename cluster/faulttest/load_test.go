@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -386,7 +387,7 @@ type sessionClient struct {
 	unsure    string    // the key of a request whose outcome is not known
 	held      string
 	token     uint64
-	refusals  int // '-' answers in a row to the Unlock of held
+	refusedBy []string // the nodes that answered '-' in a row to the Unlock of held
 }
 
 func (w *sessionClient) who() string { return fmt.Sprintf("%s.%d", w.name, w.gen) }
@@ -459,19 +460,21 @@ func (r *run) sessionRequest(w *sessionClient, kind history.Kind, a protocol.Act
 		// deposed, and closes its connections) until an answer is '+' or
 		// the same '-' comes from the leader three times.
 		r.rec.ReturnAt(h, history.Unknown, 0, time.Now())
+		through := w.s.node
 		w.s.close()
 		w.s = nil
 		if token == 0 {
 			return // a settle: '-' is "not held"
 		}
-		if w.refusals++; w.refusals < 3 {
+		w.refusedBy = append(w.refusedBy, fmt.Sprintf("n%d at %s", through+1, time.Now().Format(time.StampMicro)))
+		if len(w.refusedBy) < 3 {
 			return // held and token kept: asked again after the resume
 		}
-		r.problem("lost", "%s: Unlock of %s under its token %d answered '-' three times", w.who(), key, token)
-		w.held, w.token, w.refusals = "", 0, 0
+		r.problem("lost", "%s: Unlock of %s under its token %d answered '-' three times (through %s)", w.who(), key, token, strings.Join(w.refusedBy, ", "))
+		w.held, w.token, w.refusedBy = "", 0, nil
 		return
 	}
-	w.refusals = 0
+	w.refusedBy = nil
 	r.rec.Return(h, outcomeOf(ans.Status), ans.Token)
 	switch kind {
 	case history.Lock, history.TryLock:

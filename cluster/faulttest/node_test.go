@@ -204,12 +204,24 @@ func (nd *node) signal(sig syscall.Signal) {
 	case syscall.SIGTERM:
 		select {
 		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		case <-time.After(stopPatience):
+			// Stuck: SIGQUIT makes the Go runtime write every
+			// goroutine's stack to the log before it exits, for a
+			// reader of the test's output to see where.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
 		}
 	}
 }
+
+// stopPatience is how long a node may take to stop on SIGTERM before it
+// is made to dump its goroutines (SIGQUIT) and killed.
+const stopPatience = 12 * time.Second
 
 // kill is kill -9 (a paused node too).
 func (nd *node) kill() { nd.signal(syscall.SIGKILL) }

@@ -490,6 +490,36 @@ func (p *proxy) close() {
 	})
 }
 
+// abort closes a forwarded connection whose leader is gone or silent, and
+// throws away what its client sent that the leader has not acknowledged:
+// a plain close would leave those bytes to TCP's retransmission, which
+// delivers them once the network heals, seconds after the client was told
+// nothing and settled its request (a v1 Unlock so delivered released
+// another client's grant). The leader gets a reset instead.
+func (p *proxy) abort() {
+	p.once.Do(func() {
+		p.client.Close()
+		discardUnsent(p.up)
+		p.up.Close()
+	})
+}
+
+// discardUnsent makes the next Close of c a reset that drops its unsent
+// and unacknowledged bytes (SO_LINGER 0), through a TLS layer too.
+func discardUnsent(c net.Conn) {
+	for c != nil {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			_ = v.SetLinger(0)
+			return
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return
+		}
+	}
+}
+
 // proxy forwards c to the leader at addr and returns once the forwarded
 // connection has ended; false when the leader could not be reached (c is
 // then still the caller's).
@@ -543,7 +573,7 @@ func (f *Frontend) closeProxies(why string) {
 		f.Logger.Info("cluster: forwarded connections closed", "count", len(ps), "why", why)
 	}
 	for _, p := range ps {
-		p.close()
+		p.abort()
 	}
 }
 

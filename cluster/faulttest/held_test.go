@@ -73,3 +73,47 @@ func TestHeldConnectionOfAClientThatLeftIsNotForwarded(t *testing.T) {
 			key, a, tail(f.log.String(), 30))
 	}
 }
+
+// TestForwardedBytesOfAClosedProxyAreNotDeliveredLater: a follower that
+// loses contact with the leader closes the connections it forwards to it
+// (SPEC §8.4); what their clients sent that the leader has not received
+// must then be dropped, not left to TCP's retransmission, which would
+// deliver it once the network heals, long after the client was told
+// nothing and settled its request. A v1 Unlock delivered so released
+// another client's grant in the fault harness (isolate-follower); here a
+// session's ResetByKey of another's hold.
+func TestForwardedBytesOfAClosedProxyAreNotDeliveredLater(t *testing.T) {
+	c := startCluster(t, "p3", 34, 3)
+	leader := c.awaitLeader(c.nodes, 30*time.Second)
+	f := c.others(leader)[0]
+	const key = "proxied/k"
+	if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "holder"}, 5*time.Second); a != '+' {
+		t.Fatalf("TryLock through the leader: %q", a)
+	}
+	// A session through the follower (its open answered: the follower
+	// forwards it); the follower is cut off; only then does the session
+	// send a ResetByKey of the key (a v1 frame, one per connection, gives
+	// no sign that the follower has forwarded it).
+	s, err := openRaw(f.client(), f.i, "late", 30*time.Second, 0)
+	if err != nil {
+		t.Fatalf("session through the follower: %v", err)
+	}
+	defer s.close()
+	c.net.isolate(f.i)
+	id, err := s.send(protocol.ResetByKey, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := s.await(id, 10*time.Second); err == nil {
+		t.Fatalf("the cut-off follower answered %+v", a)
+	}
+	// Told nothing: the session's reset is not known. The network heals;
+	// whatever TCP still held would arrive within a few retransmissions.
+	c.net.heal()
+	c.awaitLeader(c.nodes, 30*time.Second)
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "prober"}, 5*time.Second); a != '#' {
+			t.Fatalf("after the heal, TryLock of %s held by another answered %q: the reset sent through the cut-off follower, which closed the connection, was delivered late", key, a)
+		}
+	}
+}

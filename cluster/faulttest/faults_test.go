@@ -168,7 +168,7 @@ var lossyLeader = fault{name: "lossy-leader-20%", inject: func(f *faultRun) {
 // rollingRestart stops every node with SIGTERM and starts it again, one
 // after the other, the leader last, each once the cluster is whole. (The
 // hand-over variant, POST /api/v1/cluster/transfer before the leader's
-// stop, is not in the server yet.)
+// stop, is not run here.)
 var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 	order := append(f.c.others(f.leader), f.leader)
 	for _, nd := range order {

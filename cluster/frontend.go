@@ -552,6 +552,14 @@ func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
 			_ = tc.CloseWrite()
 			return
 		}
+		if err != nil {
+			// The client is gone (reset, or its connection failed): what
+			// it sent that the leader has not received is dropped, as its
+			// own kernel drops it on a direct connection, rather than
+			// delivered late by TCP (abort).
+			p.abort()
+			return
+		}
 		p.close()
 	})
 	_, _ = io.Copy(c, up)

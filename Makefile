@@ -21,7 +21,7 @@ export PATH := $(CURDIR)/.ci/tools/venv/bin:$(CURDIR)/.ci/tools/bin:$(PATH)
 # of other tests, which start them with their own -test.run.
 SKIP_IN_RACE_RUN := ^(TestConformance.*|TestMillionKeysLeaveNoTrace|TestHelper.*)$$
 
-.PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run soak
+.PHONY: test setup check go-test fuzz clients deploy-test bench bench-compare build run soak cluster-soak
 
 test: setup check go-test fuzz clients deploy-test
 	@echo "make test: all green"
@@ -75,6 +75,15 @@ deploy-test:
 soak:
 	LC_LOAD_CYCLES=1000 LC_FAILPOINT_MIN_HITS=100 LC_LEAK_DURATION=60s \
 		$(GO) test -count=1 -timeout 60m -run '^(TestCrashRestartUnderLoad|TestNoLeaksAfterLoad)$$' -v ./walog/crashtest
+
+# The cluster's fault harness (cluster/faulttest, root: network namespaces)
+# with CLUSTER_FAULT_RUNS runs of every fault (default 100), ending with the
+# table of counts per fault. make test runs it with 2 runs of each. See
+# docs/reliability.md.
+CLUSTER_FAULT_RUNS ?= 100
+cluster-soak:
+	LC_CLUSTER_FAULT_RUNS=$(CLUSTER_FAULT_RUNS) \
+		$(GO) test -count=1 -timeout 600m -run '^TestClusterFaults' -v ./cluster/faulttest
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench ./locker

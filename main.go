@@ -128,7 +128,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger, o
 	}
 
 	meters := metrics.New(metrics.Options{WAL: cfg.DataPath != ""})
-	topts := locker.Options{OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
+	topts := locker.Options{Now: testClock(), OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
 		MaxSessions: cfg.MaxConnections, MaxSessionsPerPeer: cfg.MaxConnectionsPerPeer}
 	// With DATA_PATH the table gets its journal now; the log behind it is
 	// opened (and replayed into the table) once the web port serves, so

@@ -152,7 +152,7 @@ func runCluster(ctx context.Context, cfg config, logger *slog.Logger, onReady re
 			}
 			return s
 		},
-		TableOptions: locker.Options{OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
+		TableOptions: locker.Options{Now: testClock(), OnGrant: meters.ObserveWait, OnRelease: meters.ObserveHold,
 			MaxSessions: cfg.MaxConnections, MaxSessionsPerPeer: cfg.MaxConnectionsPerPeer},
 		LeaderWait: cc.LeaderWait,
 		TLS:        certs != nil,

@@ -398,15 +398,33 @@ func (f *Frontend) forwarded(c net.Conn, remote string) {
 // LeaderWait for one.
 func (f *Frontend) route(c net.Conn, forwarded bool) {
 	deadline := time.Now().Add(f.LeaderWait)
+	// held watches c once it has to wait: a client that hangs up while
+	// held is dropped, never handed on (holdWatch).
+	var held *holdWatch
+	unhold := func() bool {
+		if held != nil {
+			c, held = held.release(), nil
+			if c == nil {
+				f.Logger.Debug("cluster: a client hung up while its connection was held for a leader; nothing forwarded")
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		f.mu.Lock()
 		e, changed, closed := f.eng, f.changed, f.closed
 		f.mu.Unlock()
 		if closed {
-			c.Close()
+			if unhold() {
+				c.Close()
+			}
 			return
 		}
 		if e != nil {
+			if !unhold() {
+				return
+			}
 			if e.ln.deliver(c) {
 				return
 			}
@@ -416,24 +434,40 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 		if forwarded && !leads {
 			// A stale hint sent it here: no second hop. The client is
 			// told nothing and retries.
-			c.Close()
+			if unhold() {
+				c.Close()
+			}
 			return
 		}
 		if !leads {
-			if id, addr := f.node.Leader(); id != "" && id != f.node.ID() && f.proxy(c, id, addr) {
-				return
+			if id, addr := f.node.Leader(); id != "" && id != f.node.ID() {
+				if !unhold() {
+					return
+				}
+				if f.proxy(c, id, addr) {
+					return
+				}
 			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			f.noLeader(c)
+			if unhold() {
+				f.noLeader(c)
+			}
 			return
+		}
+		if held == nil {
+			held = watchHeld(c)
 		}
 		t := time.NewTimer(min(left, 50*time.Millisecond))
 		select {
 		case <-changed:
 		case <-t.C:
 		case <-f.done:
+		case <-held.gone:
+			t.Stop()
+			unhold() // the client hung up: c is closed
+			return
 		}
 		t.Stop()
 	}
@@ -470,6 +504,36 @@ func (p *proxy) close() {
 	})
 }
 
+// abort closes a forwarded connection whose leader is gone or silent, and
+// throws away what its client sent that the leader has not acknowledged:
+// a plain close would leave those bytes to TCP's retransmission, which
+// delivers them once the network heals, seconds after the client was told
+// nothing and settled its request (a v1 Unlock so delivered released
+// another client's grant). The leader gets a reset instead.
+func (p *proxy) abort() {
+	p.once.Do(func() {
+		p.client.Close()
+		discardUnsent(p.up)
+		p.up.Close()
+	})
+}
+
+// discardUnsent makes the next Close of c a reset that drops its unsent
+// and unacknowledged bytes (SO_LINGER 0), through a TLS layer too.
+func discardUnsent(c net.Conn) {
+	for c != nil {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			_ = v.SetLinger(0)
+			return
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return
+		}
+	}
+}
+
 // proxy forwards c to the leader at addr and returns once the forwarded
 // connection has ended; false when the leader could not be reached (c is
 // then still the caller's).
@@ -502,6 +566,14 @@ func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
 			_ = tc.CloseWrite()
 			return
 		}
+		if err != nil {
+			// The client is gone (reset, or its connection failed): what
+			// it sent that the leader has not received is dropped, as its
+			// own kernel drops it on a direct connection, rather than
+			// delivered late by TCP (abort).
+			p.abort()
+			return
+		}
 		p.close()
 	})
 	_, _ = io.Copy(c, up)
@@ -523,7 +595,7 @@ func (f *Frontend) closeProxies(why string) {
 		f.Logger.Info("cluster: forwarded connections closed", "count", len(ps), "why", why)
 	}
 	for _, p := range ps {
-		p.close()
+		p.abort()
 	}
 }
 

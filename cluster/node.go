@@ -178,7 +178,7 @@ func (n *Node) start(peers []Peer) error {
 	if !had && len(peers) == 0 {
 		cfg.Logger.Info("cluster: no raft state and no CLUSTER_PEERS: waiting to be added by the leader", "node", cfg.NodeID, "address", cfg.RaftAdvertise)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, failingLogs(n.store), n.store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

@@ -676,11 +676,27 @@ func (t *Table) apply(hv handover, ns *notices) int {
 	return 1 // the waiter's reference is now the new holder's
 }
 
-// abandon undoes the plan of a handover whose batch was refused.
-func (hv handover) abandon() {
-	if hv.next != nil && hv.next.sess != nil {
-		hv.next.sess.finish(hv.e.key, 0, false)
+// abandon undoes the plan of a handover whose batch was not recorded
+// (err). When its outcome is not known (err wraps ErrOutcomeUnknown, a
+// cluster's leadership lost mid-commit), the grant planned for the next
+// waiter may exist all the same — a later leader can commit the batch — so
+// that waiter leaves the queue and is told err: never '-', nor a Cancel's
+// '-' later, for a grant that may have been made. e.mu must be held; it
+// returns the references to drop once it is released (the waiter's).
+func (t *Table) abandon(hv handover, err error, ns *notices) int {
+	w := hv.next
+	if w == nil {
+		return 0
 	}
+	if w.sess != nil {
+		w.sess.finish(hv.e.key, 0, false)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		return 0 // nothing recorded: it waits on
+	}
+	t.dequeue(w)
+	ns.add(w, 0, fmt.Errorf("%w: the grant of %q handed to this waiter: %w", ErrJournal, hv.e.key, err))
+	return 1
 }
 
 // releaseOne releases e's grant if match accepts it. e is referenced by the
@@ -694,7 +710,7 @@ func (t *Table) releaseOne(e *entry, what string, match func(*grant) bool) (uint
 	var ns notices
 	hv, batch, refused := t.planRelease(e, nil, &ns)
 	if err := t.commit(batch); err != nil {
-		hv.abandon()
+		refused += t.abandon(hv, err, &ns)
 		e.mu.Unlock()
 		t.unref(e, refused)
 		ns.send()
@@ -877,8 +893,8 @@ func (t *Table) releaseManyWith(keys []string, pick func(*entry) (release bool, 
 		}
 		res.Released += len(plans)
 	} else {
-		for _, hv := range plans {
-			hv.abandon()
+		for j, hv := range plans {
+			drops[at[j]] += t.abandon(hv, err, ns)
 		}
 	}
 	for i := len(entries) - 1; i >= 0; i-- {

@@ -467,6 +467,18 @@ func (sc *sessionConn) lockDone(id uint32, pr *pendingReq, token uint64, err err
 		sc.unpend(id, pr)
 		sc.mu.Unlock()
 		return
+	case errors.Is(err, locker.ErrOutcomeUnknown):
+		// A grant to it may have been recorded (a handover whose commit
+		// was cut short): never '-'. The connection closes unanswered;
+		// the client resumes and reissues, and finds the grant if it
+		// exists (SPEC §8.5).
+		s.Logger.Warn("outcome of a session's Lock not known: connection closed without an answer",
+			"session", sc.link.ID().String(), "peer", sc.remote, "key", pr.key, "reason", err.Error())
+		sc.mu.Lock()
+		sc.unpend(id, pr)
+		sc.mu.Unlock()
+		sc.drop()
+		return
 	default:
 		s.Observer.Request(protocol.Lock, ResultFail)
 	}

@@ -1,0 +1,254 @@
+package faulttest
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The faults of SPEC §8.9. Each injects its fault, measures what it can,
+// and undoes it; the run around it (harness_test.go) checks the rest.
+
+// killLeader is kill -9 of the leader, restarted once another leads.
+var killLeader = fault{name: "kill-leader", inject: func(f *faultRun) {
+	at := time.Now()
+	f.leader.kill()
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader), 30*time.Second)
+	f.measure("kill→new leader", time.Since(at))
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	f.leader.start(f.t)
+}}
+
+// follower returns a follower other than the run's safe node: the
+// witnesses live on others(leader)[0].
+func (f *faultRun) follower() *node { return f.c.others(f.leader)[1] }
+
+// killFollower is kill -9 of a follower for a second.
+var killFollower = fault{name: "kill-follower", inject: func(f *faultRun) {
+	nd := f.follower()
+	nd.kill()
+	time.Sleep(time.Second)
+	nd.start(f.t)
+}}
+
+// killTwo is kill -9 of the leader and a follower of five at once.
+var killTwo = fault{name: "kill-two-of-five", inject: func(f *faultRun) {
+	nd := f.follower()
+	at := time.Now()
+	f.leader.kill()
+	nd.kill()
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader, nd), 30*time.Second)
+	f.measure("kill→new leader", time.Since(at))
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	f.leader.start(f.t)
+	nd.start(f.t)
+}}
+
+// killAll is kill -9 of every node at once, then all restarted.
+var killAll = fault{name: "kill-all", inject: func(f *faultRun) {
+	for _, nd := range f.c.nodes {
+		nd.signal(syscall.SIGKILL)
+	}
+	at := time.Now()
+	for _, nd := range f.c.nodes {
+		nd.start(f.t)
+	}
+	nl, _ := f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	f.measure("restart→leader", time.Since(at))
+	f.note("leader %s %v after the restart", nl.id, time.Since(at).Round(time.Millisecond))
+}}
+
+// stopLeader is SIGSTOP of the leader until another leads, and a second
+// more; then SIGCONT: it must step down, and its clients' connections
+// must not have been told anything they should not.
+var stopLeader = fault{name: "sigstop-leader", inject: func(f *faultRun) {
+	at := time.Now()
+	f.leader.signal(syscall.SIGSTOP)
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader), 30*time.Second)
+	f.measure("stop→new leader", time.Since(at))
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	f.leader.signal(syscall.SIGCONT)
+}}
+
+// partitionLeader cuts the leader off from every other node while its
+// clients still reach it: it must close its client connections within a
+// second (measured on sessions connected to it directly), and tell
+// nobody '+' for a request sent after the cut.
+var partitionLeader = fault{name: "partition-leader", inject: func(f *faultRun) {
+	var probes []*rawSession
+	for range 3 {
+		s, err := openRaw(f.leader.client(), f.leader.i, "probe", loadTTL, 0)
+		if err != nil {
+			f.t.Fatalf("probe session on the leader: %v", err)
+		}
+		defer s.close()
+		probes = append(probes, s)
+	}
+	at := time.Now()
+	f.c.net.isolate(f.leader.i)
+	f.r.startMinority(f.leader.i)
+	closed := make(chan time.Duration, len(probes))
+	for _, s := range probes {
+		go func() { // ends when the leader closes the connection, or at the probe's close
+			_ = s.conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			var b [64]byte
+			for {
+				if _, err := s.conn.Read(b[:]); err != nil {
+					if errors.Is(err, io.EOF) || !isTimeout(err) {
+						closed <- time.Since(at)
+					} else {
+						closed <- -1
+					}
+					return
+				}
+			}
+		}()
+	}
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader), 30*time.Second)
+	f.measure("cut→new leader", time.Since(at))
+	for range probes {
+		d := <-closed
+		if d < 0 || d > time.Second {
+			f.r.problem("stepdown", "the cut-off leader %s closed a client connection %v after the cut (want ≤ 1 s; -1: not in 20 s)", f.leader.id, d)
+		} else {
+			f.measure("cut→client connections closed", d)
+		}
+	}
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	f.r.endMinorities()
+	f.c.net.heal()
+}}
+
+// isolateFollower cuts a follower off from the others for three election
+// timeouts; when it comes back the term must not have changed (pre-vote).
+var isolateFollower = fault{name: "isolate-follower", inject: func(f *faultRun) {
+	nd := f.follower()
+	before, err := f.leader.status()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.net.isolate(nd.i)
+	f.r.startMinority(nd.i)
+	time.Sleep(2 * time.Second)
+	f.r.endMinorities()
+	f.c.net.heal()
+	f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	time.Sleep(time.Second) // a term change, if any, takes an election timeout
+	after, err := f.leader.status()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if after.Term != before.Term || after.State != "leader" {
+		f.r.problem("term", "the isolated follower %s came back and the term went %d → %d (leader %s now %s)", nd.id, before.Term, after.Term, f.leader.id, after.State)
+	}
+	f.note("term %d before, %d after", before.Term, after.Term)
+}}
+
+// oneWayCut drops the leader's packets to one follower (not the way back)
+// for two seconds.
+var oneWayCut = fault{name: "one-way-cut", inject: func(f *faultRun) {
+	f.c.net.cut(f.leader.i, f.follower().i)
+	time.Sleep(2 * time.Second)
+	f.c.net.heal()
+}}
+
+// lossyLeader drops 20 % of the leader's packets, both ways and its
+// clients' too, for three seconds.
+var lossyLeader = fault{name: "lossy-leader-20%", inject: func(f *faultRun) {
+	f.c.net.lossy(f.leader.i, 20)
+	time.Sleep(3 * time.Second)
+	f.c.net.heal()
+}}
+
+// rollingRestart stops every node with SIGTERM and starts it again, one
+// after the other, the leader last, each once the cluster is whole. (The
+// hand-over variant, POST /api/v1/cluster/transfer before the leader's
+// stop, is not run here.)
+var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
+	order := append(f.c.others(f.leader), f.leader)
+	for _, nd := range order {
+		at := time.Now()
+		nd.signal(syscall.SIGTERM)
+		stopped := time.Since(at)
+		f.measure("SIGTERM→exit", stopped)
+		if stopped > 5*time.Second {
+			// Logged, not failed: the harness checks what clients are
+			// told; a slow stop is reported with the goroutines' stacks
+			// the node wrote on SIGQUIT.
+			f.note("%s took %v to stop on SIGTERM (leader: %v); its log's last lines:\n%s", nd.id, stopped.Round(time.Millisecond),
+				nd == f.leader, tail(nd.log.String(), 400))
+		}
+		nd.start(f.t)
+		f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+		f.measure("stop→whole again", time.Since(at))
+	}
+}}
+
+// clockSkew restarts a follower with its lock table's clock an hour off
+// (LC_CLOCK_OFFSET, the failpoint build; ahead and behind by turns) and
+// kills leaders until it leads, so that its clock gives tokens, since and
+// TTL deadlines under load; at the end it is restarted with the true
+// clock.
+var clockSkew = fault{name: "clock-1h-off", inject: func(f *faultRun) {
+	skewed := f.follower()
+	off := "1h"
+	if f.rng.IntN(2) == 0 {
+		off = "-1h"
+	}
+	skewed.signal(syscall.SIGTERM)
+	skewed.extra = []string{"LC_CLOCK_OFFSET=" + off}
+	skewed.start(f.t)
+	cur, _ := f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	for range 4 {
+		if cur == skewed {
+			break
+		}
+		cur.kill()
+		f.awaitLeaderOf(f.c.others(cur), 30*time.Second)
+		cur.start(f.t)
+		cur, _ = f.awaitLeaderOf(f.c.nodes, 30*time.Second)
+	}
+	f.note("%s's clock %s off, leading: %v", skewed.id, off, cur == skewed)
+	time.Sleep(time.Second) // load under the skewed leader
+	skewed.signal(syscall.SIGTERM)
+	skewed.start(f.t)
+}}
+
+// failingWrites makes the leader's raft log writes fail (LC_RAFT_FAIL_WRITES,
+// the failpoint build) until another node leads: it must step down, and
+// nothing it could not write may have been acknowledged (the history and
+// the witnesses say).
+var failingWrites = fault{name: "leader-log-writes-fail", inject: func(f *faultRun) {
+	if err := os.WriteFile(f.leader.fail, nil, 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	at := time.Now()
+	nl, _ := f.awaitLeaderOf(f.c.others(f.leader), 30*time.Second)
+	f.measure("fail→new leader", time.Since(at))
+	if st, err := f.leader.status(); err == nil && st.State == "leader" {
+		f.r.problem("stepdown", "%s still leads with its log writes failing, beside %s", f.leader.id, nl.id)
+	}
+	f.note("new leader %s after %v", nl.id, time.Since(at).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	if err := os.Remove(f.leader.fail); err != nil {
+		f.t.Fatal(err)
+	}
+}}
+
+// TestClusterFaults3 runs every fault on a cluster of three.
+func TestClusterFaults3(t *testing.T) {
+	c := startCluster(t, "f3", 31, 3)
+	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killFollower, killAll, stopLeader, partitionLeader,
+		isolateFollower, oneWayCut, lossyLeader, rollingRestart, clockSkew, failingWrites})
+}
+
+// TestClusterFaults5 runs the faults of five nodes.
+func TestClusterFaults5(t *testing.T) {
+	c := startCluster(t, "f5", 35, 5)
+	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killTwo})
+}

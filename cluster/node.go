@@ -145,10 +145,6 @@ func (n *Node) start(peers []Peer) error {
 	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.NotifyCh = n.notify
-	// Proposals queue in a buffered channel while the leader's loop is
-	// in its disk write, and the next write takes them all (up to
-	// MaxAppendEntries) without a hand-off per proposal.
-	rc.BatchApplyCh = true
 	rc.Logger = hlog
 	had, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {

@@ -75,6 +75,10 @@ type Node struct {
 	startedAt time.Time
 }
 
+// logCacheSize is the entries the leader keeps in memory for replication
+// (Consul keeps 512): enough for every entry in flight to the followers.
+const logCacheSize = 512
+
 // nodeIDFile keeps the id a RAFT_DIR was first started with.
 const nodeIDFile = "node-id"
 
@@ -178,7 +182,15 @@ func (n *Node) start(peers []Peer) error {
 	if !had && len(peers) == 0 {
 		cfg.Logger.Info("cluster: no raft state and no CLUSTER_PEERS: waiting to be added by the leader", "node", cfg.NodeID, "address", cfg.RaftAdvertise)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, failingLogs(n.store), n.store, snaps, n.trans)
+	// Replication reads each entry back to send it; the cache serves it
+	// from memory instead of a bbolt read and a msgpack decode (it keeps
+	// only entries the store has already written: durability is the
+	// store's).
+	logs, err := raft.NewLogCache(logCacheSize, failingLogs(n.store))
+	if err != nil {
+		return fmt.Errorf("raft log cache: %w", err)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

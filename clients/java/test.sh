@@ -109,6 +109,7 @@ package_check() {
       || { echo "$out"; echo "package: the TLS example failed"; return 1; }
     echo "$out" | sed 's/^/tls example: /'
     grep -q '^holding reports/daily over TLS with token [0-9][0-9]*$' <<<"$out" || { echo "package: unexpected TLS example output"; return 1; }
+    grep -q '^holding reports/daily over TLS (v1)$' <<<"$out" || { echo "package: the TLS example's v1 request printed nothing"; return 1; }
   fi
   echo "package: installed $version (jar, sources, javadoc; POM with licence, url, scm); a fresh project built and ran the README's examples"
 }

@@ -1,6 +1,6 @@
 //! Reaching a server: the addresses of a cluster (a list, and every DNS
 //! record of each name) tried in random order, and the connection a
-//! session runs on, plain TCP or TLS.
+//! session or a v1 request runs on, plain TCP or TLS.
 //!
 //! Guarantees: every attempt is bounded in time; a [`Conn`] may be read by
 //! one thread while others write to it or shut it down.
@@ -76,7 +76,7 @@ fn host_of(address: &str) -> String {
         .to_owned()
 }
 
-/// The connection a session runs on. Cheap to clone: clones share the
+/// The connection a session or a v1 request runs on. Cheap to clone: clones share the
 /// socket (and the TLS state). One thread reads, any may write or shut
 /// it down.
 #[derive(Clone)]
@@ -160,6 +160,31 @@ impl Conn {
     /// Closes both directions; a read or write blocked on it ends.
     pub(crate) fn shutdown(&self) {
         let _ = self.tcp.shutdown(Shutdown::Both);
+    }
+
+    /// Ends the write side, the v1 hang-up: over TLS a close_notify, then
+    /// the socket's FIN either way. The read side stays open, so an answer
+    /// already on its way is still read.
+    pub(crate) fn close_write(&self) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            let mut records = Vec::new();
+            let w = {
+                let mut c = crate::session::lock(&t.state);
+                c.send_close_notify();
+                while c.wants_write() {
+                    c.write_tls(&mut records)?;
+                }
+                crate::session::lock(&t.write)
+            };
+            // A peer that is already gone makes this fail: the FIN below
+            // (or the closed socket) is the hang-up then.
+            let sent = (&*self.tcp).write_all(&records);
+            drop(w);
+            let fin = self.tcp.shutdown(Shutdown::Write);
+            return sent.and(fin);
+        }
+        self.tcp.shutdown(Shutdown::Write)
     }
 
     /// Writes all of `buf`.

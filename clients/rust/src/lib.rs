@@ -12,7 +12,8 @@
 //!   feature (`SessionBuilder::tls`).
 //! - A [`Client`]: the v1 protocol, one request per TCP connection. Its
 //!   holds have no owner: a key stays held until it is unlocked or reset,
-//!   even after the program dies.
+//!   even after the program dies. TLS with the `tls` feature
+//!   (`Client::with_tls`).
 //!
 //! ```no_run
 //! use locking_center::{Error, Session};
@@ -35,8 +36,7 @@
 //!
 //! [Locking-Center]: https://github.com/locking-center/locking-center
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,7 @@ pub struct Client {
     source: String,
     connect_timeout: Duration,
     request_timeout: Option<Duration>,
+    tls: Option<TlsConfig>,
 }
 
 impl Client {
@@ -110,6 +111,7 @@ impl Client {
             source: String::new(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            tls: None,
         }
     }
 
@@ -120,9 +122,22 @@ impl Client {
         self
     }
 
-    /// Sets how long to wait for the TCP connection to be established.
+    /// Sets how long to wait for the TCP connection to be established (and
+    /// over TLS, for each step of the handshake).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Client {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Speaks TLS with this configuration on every connection (a server
+    /// started with `TLS_CERT`/`TLS_KEY`, and `TLS_CLIENT_CA` for mutual
+    /// TLS): the same [`TlsConfig`] a [`Session`] takes. A failed handshake
+    /// is [`Error::Unreachable`]; it happens before the frame is written,
+    /// so the next address of a list is tried. Only with the crate's `tls`
+    /// feature.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, config: TlsConfig) -> Client {
+        self.tls = Some(config);
         self
     }
 
@@ -153,8 +168,8 @@ impl Client {
     }
 
     /// Like [`Client::lock`], giving up with [`Error::Timeout`] after
-    /// `timeout`; the connection is closed so the server withdraws the
-    /// waiter.
+    /// `timeout`; the client hangs up (its write side closed; over TLS a
+    /// close_notify first) so the server withdraws the waiter.
     pub fn lock_timeout(&self, key: &str, timeout: Duration) -> Result<LockGuard, Error> {
         self.lock_with(key, &WaitOptions::new().timeout(timeout))
     }
@@ -232,7 +247,8 @@ impl Client {
         Ok(value)
     }
 
-    /// One request: validate, connect, write the frame, read one byte.
+    /// One request: validate, connect (and the TLS handshake), write the
+    /// frame once, read one byte.
     fn call(
         &self,
         action: Action,
@@ -256,15 +272,16 @@ impl Client {
             }
         };
 
-        let mut stream = self.connect()?;
+        let stream = self.connect()?;
         let _registration = match token {
             Some(t) => {
-                let clone = stream.try_clone().map_err(Error::Unreachable)?;
-                // The server reads EOF as a hang-up and withdraws the
+                let clone = stream.clone();
+                // The server reads the end of the stream (EOF, or
+                // close_notify over TLS) as a hang-up and withdraws the
                 // waiter; the read side stays open to catch a grant already
                 // sent.
                 let reg = t.register(Box::new(move || {
-                    let _ = clone.shutdown(Shutdown::Write);
+                    let _ = clone.close_write();
                 }));
                 if t.is_cancelled() {
                     return Err(Error::Cancelled);
@@ -337,17 +354,16 @@ impl Client {
         }
     }
 
-    fn connect(&self) -> Result<TcpStream, Error> {
+    /// A connection to the first address that answers (and completes the
+    /// TLS handshake, with TLS). Nothing is written yet, so trying the next
+    /// address after a failure resends nothing.
+    fn connect(&self) -> Result<conn::Conn, Error> {
         let addrs =
             conn::resolve(&conn::split_addresses(&self.address)).map_err(Error::Unreachable)?;
         let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-        for (addr, _) in addrs {
-            match TcpStream::connect_timeout(&addr, self.connect_timeout) {
-                Ok(stream) => {
-                    // One small frame: send it now rather than wait for Nagle.
-                    let _ = stream.set_nodelay(true);
-                    return Ok(stream);
-                }
+        for (addr, host) in addrs {
+            match conn::Conn::connect(&addr, &host, self.connect_timeout, self.tls.as_ref()) {
+                Ok(stream) => return Ok(stream),
                 Err(e) => last = e,
             }
         }
@@ -356,12 +372,12 @@ impl Client {
 }
 
 /// Hangs up a waiting request, or a TryLock past its request timeout:
-/// closes the write side so the server sees EOF and withdraws the waiter,
-/// then reads briefly so a grant that crossed the hang-up on the wire is not
-/// lost. For a TryLock only a '+' changes `why`. The stream is closed on
-/// return.
-fn give_up(action: Action, mut stream: TcpStream, why: Error) -> Result<bool, Error> {
-    let _ = stream.shutdown(Shutdown::Write);
+/// closes the write side (over TLS after a close_notify) so the server sees
+/// the end of the stream and withdraws the waiter, then reads briefly so a
+/// grant that crossed the hang-up on the wire is not lost. For a TryLock
+/// only a '+' changes `why`. The connection is closed on return.
+fn give_up(action: Action, stream: conn::Conn, why: Error) -> Result<bool, Error> {
+    let _ = stream.close_write();
     let _ = stream.set_read_timeout(Some(HANG_UP_GRACE));
     let mut answer = [0u8; 1];
     match stream.read(&mut answer) {

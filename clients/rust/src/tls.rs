@@ -1,6 +1,6 @@
-//! TLS to a server started with `TLS_CERT`/`TLS_KEY` (and mutual TLS with
-//! `TLS_CLIENT_CA`), through rustls with the ring provider. Only with the
-//! crate's `tls` feature.
+//! TLS, for sessions and the v1 client, to a server started with
+//! `TLS_CERT`/`TLS_KEY` (and mutual TLS with `TLS_CLIENT_CA`), through
+//! rustls with the ring provider. Only with the crate's `tls` feature.
 //!
 //! Guarantees: the server's certificate chain is checked against the CA
 //! bundle given, or the system's roots, and its name against the host of
@@ -16,15 +16,22 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::Error;
 
-/// How a session speaks TLS: the roots it trusts, an optional client
-/// certificate, an optional server name. Made by [`TlsConfig::builder`] or
-/// from a rustls configuration of the program's own
-/// ([`TlsConfig::from_rustls`]); given to [`crate::SessionBuilder::tls`].
+/// How a session or a v1 client speaks TLS: the roots it trusts, an
+/// optional client certificate, an optional server name. Made by
+/// [`TlsConfig::builder`] or from a rustls configuration of the program's own
+/// ([`TlsConfig::from_rustls`]); given to [`crate::SessionBuilder::tls`]
+/// and [`crate::Client::with_tls`].
 #[derive(Clone)]
 pub struct TlsConfig {
     pub(crate) config: Arc<rustls::ClientConfig>,
     server_name: Option<String>,
 }
+
+// A configuration is only read once built; what rustls changes behind it
+// (its resumption cache) sits behind rustls's own locks. So a `Client` that
+// carries one stays usable across a caught panic, as it is without TLS.
+impl std::panic::UnwindSafe for TlsConfig {}
+impl std::panic::RefUnwindSafe for TlsConfig {}
 
 impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,7 +1,9 @@
 using System;
 using System.Globalization;
+using System.IO;
 using System.Net;
 using System.Net.Sockets;
+using System.Security.Authentication;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -19,8 +21,17 @@ namespace LockingCenter
         /// <summary>Name of the requester, 0..127 bytes; empty (the default) lets the server use the peer IP.</summary>
         public string Source { get; set; } = "";
 
-        /// <summary>Time allowed to open a connection (default 5 s); past it a call raises <see cref="UnreachableException"/>.</summary>
+        /// <summary>
+        /// Time allowed to open a connection (default 5 s), and again for its TLS handshake; past it the next
+        /// address is tried, and a call that runs out of addresses raises <see cref="UnreachableException"/>.
+        /// </summary>
         public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+        /// <summary>
+        /// TLS (SslStream) on every connection, the same settings a session takes; null (the default): plain
+        /// TCP. The handshake comes before the frame is written, so a refused one sends nothing.
+        /// </summary>
+        public TlsOptions Tls { get; set; }
 
         /// <summary>
         /// Time allowed for the answer to a request that never waits (unlock, try-lock, resets; default
@@ -31,8 +42,9 @@ namespace LockingCenter
 
     /// <summary>
     /// Client of a Locking-Center server. The address and the source are given once; every call then
-    /// opens one TCP connection, writes one frame, reads the one-byte answer and closes. The client holds
-    /// no connection and no state, so one instance can be shared by every thread.
+    /// opens one TCP connection (with <see cref="LockingCenterOptions.Tls"/>, a TLS one), writes one frame,
+    /// reads the one-byte answer and closes. The client holds no connection and no state, so one instance
+    /// can be shared by every thread.
     /// </summary>
     /// <remarks>
     /// Giving up waiting: pass a timeout, or cancel the <see cref="CancellationToken"/>. Either closes the
@@ -56,6 +68,7 @@ namespace LockingCenter
         private readonly Random _order = new Random(); // locked while used
         private readonly TimeSpan _connectTimeout;
         private readonly TimeSpan _requestTimeout;
+        private readonly TlsOptions _tls; // null: plain TCP
 
         /// <summary>A client of the server at <paramref name="address"/> naming itself <paramref name="source"/>.</summary>
         /// <param name="address">"host:port", "host" (port 22119) or "[::1]:port".</param>
@@ -80,6 +93,7 @@ namespace LockingCenter
             WireFormat.SourceBytes(Source);
             _connectTimeout = Positive(options.ConnectTimeout, "ConnectTimeout");
             _requestTimeout = Positive(options.RequestTimeout, "RequestTimeout");
+            _tls = options.Tls;
         }
 
         /// <summary>The server address as given.</summary>
@@ -297,8 +311,10 @@ namespace LockingCenter
         }
 
         /// <summary>
-        /// One request: connect, write the whole frame in one write, read exactly one byte, close. The
-        /// write side is never shut down before the answer: the server would take that as a hang-up.
+        /// One request: connect (and the TLS handshake), write the whole frame in one write, read exactly
+        /// one byte, close. A failed connect or handshake tries the next address: nothing was sent yet. The
+        /// frame, once written, is never sent again. The write side is never shut down before the answer:
+        /// the server would take that as a hang-up.
         /// Cancellation and timeouts close the socket, which is how a waiter is withdrawn; a Lock or
         /// TryLock closes its write side first (<see cref="HangUp"/>), and if a '+' still comes in as it
         /// gives up, a Lock unlocks the key again before the cancellation or timeout is raised, while a
@@ -317,6 +333,7 @@ namespace LockingCenter
                 var order = (Endpoint[])_endpoints.Clone();
                 lock (_order) Transport.Shuffle(order, _order);
                 Exception last = null;
+                TlsException tlsFailure = null;
                 foreach (Endpoint ep in order)
                 {
                 IPAddress[] addresses;
@@ -331,6 +348,7 @@ namespace LockingCenter
                 foreach (IPAddress address in addresses)
                 {
                     var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+                    Stream tls = null; // the SslStream over socket, with TLS
                     bool connected = false;
                     int answer = -1; // the byte read; -1 when none was
                     Exception error = null;
@@ -338,24 +356,54 @@ namespace LockingCenter
                     {
                         // ConnectAsync closes the socket itself when limit.Token is cancelled.
                         await ConnectAsync(socket, new IPEndPoint(address, ep.Port), limit.Token).ConfigureAwait(false);
+                        if (_tls != null)
+                        {
+                            try { tls = await HandshakeAsync(socket, ep, limit.Token).ConfigureAwait(false); }
+                            catch (TlsException e) when (!limit.IsCancellationRequested)
+                            {
+                                tlsFailure = e; // nothing was sent: the next address may take it
+                                continue;
+                            }
+                            catch (TimeoutException e)
+                            {
+                                last = e;
+                                continue;
+                            }
+                        }
                         connected = true;
                         using (limit.Token.Register(() => { if (grants) HangUp(socket); else socket.Close(); }))
                         {
                             socket.NoDelay = true;
-                            socket.Send(frame);
                             var buffer = new byte[1];
-                            int n = await Task.Factory.FromAsync(
-                                (callback, state) => socket.BeginReceive(buffer, 0, 1, SocketFlags.None, callback, state),
-                                socket.EndReceive, null).ConfigureAwait(false);
+                            int n;
+                            if (tls == null)
+                            {
+                                socket.Send(frame);
+                                n = await Task.Factory.FromAsync(
+                                    (callback, state) => socket.BeginReceive(buffer, 0, 1, SocketFlags.None, callback, state),
+                                    socket.EndReceive, null).ConfigureAwait(false);
+                            }
+                            else
+                            {
+                                // One write: the frame leaves in one TLS record.
+                                await tls.WriteAsync(frame, 0, frame.Length).ConfigureAwait(false);
+                                n = await tls.ReadAsync(buffer, 0, 1).ConfigureAwait(false);
+                            }
                             if (n == 1) answer = buffer[0];
                         }
                     }
-                    catch (Exception e) when (!(e is LockingCenterException))
+                    catch (IOException e) when (tls != null && e.InnerException is AuthenticationException && !limit.IsCancellationRequested)
                     {
-                        error = e;
+                        // The server refused this client (an alert after the handshake, as in TLS 1.3).
+                        throw new TlsException("the TLS server " + ep + " refused the connection: " + e.Message, e);
+                    }
+                    catch (Exception e) when (!(e is LockingCenterException) || limit.IsCancellationRequested)
+                    {
+                        error = e; // given up (below) when limit is cancelled, whatever broke
                     }
                     finally
                     {
+                        if (tls != null) tls.Dispose();
                         socket.Close();
                     }
                     // An answer to a request that never waits stands even if the caller gave up meanwhile.
@@ -371,6 +419,8 @@ namespace LockingCenter
                     last = error;
                 }
                 }
+                // A certificate refused says more than a later address that did not answer.
+                if (tlsFailure != null) throw tlsFailure;
                 throw new UnreachableException("cannot connect to " + Address + ": " + (last == null ? "no address" : last.Message), last);
             }
         }
@@ -408,6 +458,9 @@ namespace LockingCenter
         /// Hangs up a Lock or TryLock: shuts down the write side, so the server reads EOF and withdraws the
         /// waiter, but keeps reading for up to <see cref="HangUpGrace"/> so that a grant that crossed the
         /// hang-up on the wire is read (and given back) rather than left held; then closes the socket.
+        /// Over TLS the FIN alone is the hang-up (the server reads the end of the TLS stream either way):
+        /// netstandard2.0 has no SslStream.ShutdownAsync to send close_notify with, and a close_notify
+        /// written while the read is pending would race with it inside SslStream.
         /// </summary>
         private static void HangUp(Socket socket)
         {
@@ -421,6 +474,31 @@ namespace LockingCenter
                 return;
             }
             Task.Delay(HangUpGrace).ContinueWith(t => socket.Close(), TaskScheduler.Default);
+        }
+
+        /// <summary>
+        /// The TLS handshake on a connected socket, within the connect timeout (and token): the SslStream,
+        /// which does not own the socket. TlsException: the certificate or the handshake was refused;
+        /// TimeoutException: the connect timeout passed first. Either way nothing was sent.
+        /// </summary>
+        private async Task<Stream> HandshakeAsync(Socket socket, Endpoint ep, CancellationToken token)
+        {
+            using (var bound = CancellationTokenSource.CreateLinkedTokenSource(token))
+            {
+                bound.CancelAfter(_connectTimeout);
+                using (bound.Token.Register(() => socket.Close()))
+                {
+                    try
+                    {
+                        return await Transport.HandshakeAsync(new NetworkStream(socket, false), ep.Host, _tls).ConfigureAwait(false);
+                    }
+                    catch (Exception e) when (bound.IsCancellationRequested && !token.IsCancellationRequested
+                        && (e is ObjectDisposedException || e is IOException || e is SocketException || e is TlsException))
+                    {
+                        throw new TimeoutException("TLS handshake with " + ep + " timed out after " + (long)_connectTimeout.TotalMilliseconds + " ms", e);
+                    }
+                }
+            }
         }
 
         private async Task ConnectAsync(Socket socket, IPEndPoint endpoint, CancellationToken token)

@@ -323,5 +323,75 @@ namespace LockingCenter.Tests
             }
             await Assert.ThrowsAnyAsync<LockingCenterException>(() => LockingCenterSession.OpenAsync(TlsSession(address, Tls("ca.pem"))));
         }
+
+        // ---- v1 over TLS: one request per TLS connection
+
+        private static LockingCenterClient TlsClient(string address, TlsOptions tls)
+        {
+            return new LockingCenterClient(new LockingCenterOptions
+            {
+                Address = address,
+                Source = "csharp-v1-tls",
+                Tls = tls,
+                ConnectTimeout = TimeSpan.FromSeconds(3),
+            });
+        }
+
+        /// <summary>
+        /// Lock, TryLock (held and free), Unlock (held and not), and a Lock that gives up: its hang-up
+        /// withdraws the waiter, so the release after it leaves the key free.
+        /// </summary>
+        private static async Task V1Round(LockingCenterClient client, string k)
+        {
+            LockHandle held = await client.LockAsync(k, TimeSpan.FromSeconds(5));
+            Assert.False(await client.TryLockAsync(k), "try-lock of a held key over TLS was won");
+            var watch = Stopwatch.StartNew();
+            await Assert.ThrowsAsync<LockTimeoutException>(() => client.LockAsync(k, TimeSpan.FromMilliseconds(300)));
+            // The timeout is raised once the server closed the connection it was hung up on (or after a
+            // 2 s grace): well before that, the waiter is withdrawn.
+            Assert.True(watch.Elapsed < TimeSpan.FromSeconds(2), "the server did not close a hung-up waiter's connection: " + watch.Elapsed);
+            await held.UnlockAsync();
+            Assert.True(await client.TryLockAsync(k), "the key was granted to a withdrawn waiter");
+            await client.UnlockAsync(k);
+            await Assert.ThrowsAsync<RefusedException>(() => client.UnlockAsync(k));
+        }
+
+        [FixtureFact("LC_TEST_TLS_ADDRESS", "LC_TEST_TLS_DIR")]
+        public async Task AV1ClientOverTlsByIpAndByName()
+        {
+            string address = TlsFixture.Value[0];
+            string byName = "localhost" + address.Substring(address.LastIndexOf(':'));
+            foreach (string a in new[] { address, byName })
+                await V1Round(TlsClient(a, Tls("ca.pem")), Key("v1-tls"));
+        }
+
+        [FixtureFact("LC_TEST_TLS_ADDRESS", "LC_TEST_TLS_DIR")]
+        public async Task AV1ClientRefusesAWrongServerNameOrAnotherCa()
+        {
+            string address = TlsFixture.Value[0];
+            string k = Key("v1-tls-refused");
+            await Assert.ThrowsAsync<TlsException>(() => TlsClient(address, Tls("ca.pem", "wrong.invalid")).TryLockAsync(k));
+            await Assert.ThrowsAsync<TlsException>(() => TlsClient(address, Tls("other-ca.pem")).LockAsync(k, TimeSpan.FromSeconds(5)));
+            // Nothing was sent: the key is free.
+            var client = TlsClient(address, Tls("ca.pem"));
+            Assert.True(await client.TryLockAsync(k), "the key was taken by a refused request");
+            await client.UnlockAsync(k);
+        }
+
+        [FixtureFact("LC_TEST_MTLS_ADDRESS", "LC_TEST_TLS_DIR")]
+        public async Task AV1ClientWithMutualTls()
+        {
+            string address = TlsFixture.Value[1];
+            TlsOptions with = Tls("ca.pem");
+            with.ClientCertificate = ClientCertificate();
+            await V1Round(TlsClient(address, with), Key("v1-mtls"));
+            string k = Key("v1-mtls-refused");
+            var without = TlsClient(address, Tls("ca.pem"));
+            await Assert.ThrowsAsync<TlsException>(() => without.TryLockAsync(k));
+            await Assert.ThrowsAsync<TlsException>(() => without.UnlockAsync(k));
+            var client = TlsClient(address, with);
+            Assert.True(await client.TryLockAsync(k), "the key was taken by a refused request");
+            await client.UnlockAsync(k);
+        }
     }
 }

@@ -17,6 +17,7 @@ final class Call {
     /** How long a hung-up request may still read an answer already on its way. */
     static final int HANG_UP_GRACE_MILLIS = 2000;
 
+    /** Guards socket and aborted. */
     private final Object mu = new Object();
     private Socket socket;
     private boolean aborted;
@@ -56,6 +57,21 @@ final class Call {
         } catch (IOException e) {
             // not connected, or already closed: close it
             close(s);
+        }
+    }
+
+    /**
+     * The TLS socket layered over the one {@link #open} made: an abort hangs it up instead, with
+     * close_notify before the FIN.
+     *
+     * @throws SocketException the call was aborted already
+     */
+    void layered(Socket tls) throws SocketException {
+        synchronized (mu) {
+            if (aborted) {
+                throw new SocketException("request cancelled");
+            }
+            socket = tls;
         }
     }
 

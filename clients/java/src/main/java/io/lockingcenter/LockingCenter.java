@@ -18,12 +18,16 @@ import java.util.concurrent.ForkJoinPool;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
+import javax.net.ssl.SNIHostName;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
 
 /**
  * Client of a Locking-Center server.
  *
- * <p>The address and the source are given once; every call then opens one TCP connection, writes one
- * frame, reads the one-byte answer and closes. The client holds no connection and no state, so one
+ * <p>The address and the source are given once; every call then opens one TCP connection (a TLS
+ * one with {@link Builder#tls}), writes one frame, reads the one-byte answer and closes. The client holds no connection and no state, so one
  * instance can be shared by every thread.
  *
  * <pre>{@code
@@ -37,6 +41,13 @@ import java.util.concurrent.TimeUnit;
  * timeout; blocking calls also give up when their thread is interrupted; the futures of the
  * {@code ...Async} methods give up when cancelled or completed by anyone else (e.g. {@code orTimeout}).
  * In every case the connection is closed, so the server withdraws the waiter.
+ *
+ * <p>TLS: {@link Builder#tls(SSLContext)} (see {@link Tls} for contexts from PEM files), the same
+ * options a {@link Session} takes; the server's certificate must name the host dialled, or
+ * {@link Builder#serverName(String)}. Each request then makes its own TLS connection: the handshake
+ * comes before the frame, so a refused handshake has sent nothing. Over TLS the asynchronous calls
+ * run on a thread each while they wait (a blocking {@link SSLSocket}), not on the selector thread;
+ * giving up sends close_notify and half-closes, which the server reads as the hang-up.
  *
  * <p>Keys must be 1..127 bytes and sources 0..127 bytes once UTF-8 encoded; anything else raises
  * {@link InvalidRequestException} before a connection is opened (the async methods return a future
@@ -56,6 +67,10 @@ public final class LockingCenter {
     private final String source;
     private final Duration connectTimeout;
     private final Duration requestTimeout;
+    /** TLS on every connection, or null: plain TCP. */
+    private final SSLContext tls;
+    /** The name the server's certificate must show, or null: the host of each address. */
+    private final String serverName;
     private final Executor executor;
     /** The selector thread of the async calls; it runs only while some are in progress. */
     private final V1Reactor reactor = new V1Reactor("locking-center-async");
@@ -84,6 +99,8 @@ public final class LockingCenter {
         this.source = b.source; // checked by Builder.source
         this.connectTimeout = b.connectTimeout;
         this.requestTimeout = b.requestTimeout;
+        this.tls = b.tls;
+        this.serverName = b.serverName;
         this.executor = b.executor != null ? b.executor : ForkJoinPool.commonPool();
     }
 
@@ -332,6 +349,9 @@ public final class LockingCenter {
             onDeadline = () -> (LockingCenterException) expired(key, null);
         }
         boolean grants = action == Action.LOCK || action == Action.TRY_LOCK;
+        if (tls != null) {
+            return tlsAsync(f, frame, key, deadline, action == Action.LOCK ? lockTimeout : null, grants, map);
+        }
         V1Reactor.Op op = new V1Reactor.Op(targets, frame, grants, connectTimeout.toNanos(), deadline, onDeadline,
                 new V1Reactor.Handler() {
                     @Override
@@ -368,6 +388,42 @@ public final class LockingCenter {
         } catch (UnreachableException e) {
             f.completeExceptionally(e); // no selector could be opened
         }
+        return f;
+    }
+
+    /**
+     * An async request over TLS: the blocking exchange on a thread of its own, which ends with the
+     * request. Why not the selector: TLS over a non-blocking channel means driving an SSLEngine by
+     * hand (handshake, wrap and unwrap, post-handshake messages, close_notify) in the reactor, for a
+     * path that pays a handshake per request anyway; the JDK's SSLSocket does all of it. Completing
+     * f from outside (cancel, orTimeout) aborts the call: close_notify and the write side shut, so
+     * the server withdraws the waiter; a '+' that crossed it is unlocked again.
+     */
+    private <T> CompletableFuture<T> tlsAsync(CompletableFuture<T> f, byte[] frame, String key, long deadline,
+            Duration lockTimeout, boolean grants, AnswerMapper<T> map) {
+        Call call = new Call();
+        f.whenComplete((v, e) -> call.abort());
+        Thread t = new Thread(() -> {
+            int b;
+            try {
+                b = exchange(frame, key, call, deadline, lockTimeout, false);
+            } catch (RuntimeException e) {
+                run(() -> f.completeExceptionally(e));
+                return;
+            }
+            run(() -> {
+                T value;
+                try {
+                    value = map.map(b);
+                } catch (LockingCenterException e) {
+                    f.completeExceptionally(e);
+                    return;
+                }
+                completeOrGiveBack(f, value, grants && b == Wire.OK, key);
+            });
+        }, "locking-center-tls-request");
+        t.setDaemon(true);
+        t.start();
         return f;
     }
 
@@ -546,8 +602,17 @@ public final class LockingCenter {
                     connectMillis = Math.min(connectMillis, left);
                 }
                 socket.connect(target, (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectMillis)));
+                if (tls != null) {
+                    socket = handshake(call, socket, target, deadline);
+                }
                 ok = true;
                 return socket;
+            } catch (javax.net.ssl.SSLException e) {
+                // A certificate refused, or a handshake that failed: nothing was sent.
+                last = lost(call, "TLS with " + target + " failed: " + e.getMessage(), e);
+                if (call.isAborted()) {
+                    throw last;
+                }
             } catch (SocketTimeoutException e) {
                 if (limitedByDeadline(deadline)) {
                     throw expired(key, timeout);
@@ -572,13 +637,37 @@ public final class LockingCenter {
         throw last;
     }
 
+    /**
+     * The TLS handshake on a connected socket, within the connect timeout (and the call's deadline):
+     * the certificate must chain to the context's roots and name the host dialled, or serverName.
+     */
+    private Socket handshake(Call call, Socket socket, InetSocketAddress target, long deadline) throws IOException {
+        long millis = connectTimeout.toMillis();
+        if (deadline != NO_DEADLINE) {
+            millis = Math.min(millis, remainingMillis(deadline));
+        }
+        socket.setSoTimeout((int) Math.min(Integer.MAX_VALUE, Math.max(1, millis)));
+        String name = serverName != null ? serverName : target.getHostString();
+        SSLSocket t = (SSLSocket) tls.getSocketFactory().createSocket(socket, name, target.getPort(), true);
+        SSLParameters p = t.getSSLParameters();
+        p.setEndpointIdentificationAlgorithm("HTTPS"); // the certificate must name the server
+        if (!name.isEmpty() && !Character.isDigit(name.charAt(0)) && name.indexOf(':') < 0) {
+            p.setServerNames(List.of(new SNIHostName(name)));
+        }
+        t.setSSLParameters(p);
+        call.layered(t);
+        t.startHandshake();
+        return t;
+    }
+
     private boolean limitedByDeadline(long deadline) {
         return deadline != NO_DEADLINE && remainingMillis(deadline) <= connectTimeout.toMillis();
     }
 
     /**
-     * A blocking Lock or TryLock gives up after its frame was sent: hang up (close the write side) so
-     * the server withdraws the waiter, then read for a moment, so that a grant which crossed the
+     * A blocking Lock or TryLock gives up after its frame was sent: hang up (close the write side;
+     * over TLS, {@link SSLSocket#shutdownOutput} sends close_notify first) so the server withdraws
+     * the waiter, then read for a moment, so that a grant which crossed the
      * hang-up on the wire is unlocked again instead of held by nobody. The caller then throws why it
      * gave up.
      */
@@ -720,9 +809,29 @@ public final class LockingCenter {
         private String source = "";
         private Duration connectTimeout = Duration.ofSeconds(5);
         private Duration requestTimeout = Duration.ofSeconds(30);
+        private SSLContext tls;
+        private String serverName;
         private Executor executor;
 
         private Builder() {}
+
+        /**
+         * Speaks TLS with this context on every connection (a server started with
+         * TLS_CERT/TLS_KEY; with a client certificate in it for TLS_CLIENT_CA), as
+         * {@link Session.Builder#tls(SSLContext)} does. {@link Tls#context} makes one from PEM
+         * files. The server's certificate must name the host dialled, or {@link #serverName}. A
+         * refused handshake is {@link UnreachableException}.
+         */
+        public Builder tls(SSLContext context) {
+            this.tls = Objects.requireNonNull(context, "context");
+            return this;
+        }
+
+        /** The name the server's certificate must show, instead of the host of each address. */
+        public Builder serverName(String name) {
+            this.serverName = name;
+            return this;
+        }
 
         /**
          * Server address: "host:port", "host" (port 22119) or "[::1]:port"; or several, comma
@@ -749,8 +858,8 @@ public final class LockingCenter {
             return this;
         }
 
-        /** Time allowed to open a connection (default 5 s); past it the call raises
-         *  {@link UnreachableException}. */
+        /** Time allowed to open a connection (default 5 s), and again for its TLS handshake; past it
+         *  the call raises {@link UnreachableException}. */
         public Builder connectTimeout(Duration timeout) {
             this.connectTimeout = positive(timeout);
             return this;

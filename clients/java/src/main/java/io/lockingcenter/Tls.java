@@ -20,8 +20,9 @@ import javax.net.ssl.TrustManagerFactory;
 
 /**
  * TLS contexts from PEM files, with the JDK alone, for a server started with TLS_CERT/TLS_KEY (and
- * TLS_CLIENT_CA for mutual TLS). Give the result to {@link Session.Builder#tls(SSLContext)}; the
- * session checks the server's name (the host dialled, or {@link Session.Builder#serverName}).
+ * TLS_CLIENT_CA for mutual TLS). Give the result to {@link Session.Builder#tls(SSLContext)} or to
+ * the v1 client's {@link LockingCenter.Builder#tls(SSLContext)}; either checks the server's name
+ * (the host dialled, or {@code serverName}).
  *
  * <pre>{@code
  * SSLContext tls = Tls.context(Path.of("ca.pem"), Path.of("client.pem"), Path.of("client-key.pem"));

@@ -259,7 +259,13 @@ func (n *Node) Address() string { return n.cfg.RaftAdvertise }
 func (n *Node) Close() error {
 	var err error
 	n.once.Do(func() {
-		err = n.raft.Shutdown().Error()
+		// Raft's shutdown waits for its replication goroutines; one in an
+		// RPC to a peer that went silent (its packets lost) would hold it
+		// until the transport's timeout. Closing raft's connections once
+		// the shutdown has begun ends such an RPC at once.
+		shut := n.raft.Shutdown()
+		n.stream.closeDials()
+		err = shut.Error()
 		close(n.done)
 		n.wg.Wait()
 		// Raft closes the transport but not its pool of connections to

@@ -166,9 +166,8 @@ var lossyLeader = fault{name: "lossy-leader-20%", inject: func(f *faultRun) {
 }}
 
 // rollingRestart stops every node with SIGTERM and starts it again, one
-// after the other, the leader last, each once the cluster is whole. (The
-// hand-over variant, POST /api/v1/cluster/transfer before the leader's
-// stop, is not run here.)
+// after the other, the leader last, each once the cluster is whole, with
+// no hand-over before the leader's stop (rollingHandover has one).
 var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 	order := append(f.c.others(f.leader), f.leader)
 	for _, nd := range order {

@@ -95,7 +95,15 @@ func (s *streamLayer) serveCall(c net.Conn) {
 // for its reply.
 func (s *streamLayer) callNode(address string, req callRequest, timeout time.Duration) (callReply, error) {
 	var reply callReply
-	c, err := s.dial(address, min(timeout, handshakeTimeout), []byte{purposeCall})
+	// Held in dialed like raft's connections: the leader's promotion loop
+	// calls every member, and a shutdown must not wait out a silent one.
+	var raw net.Conn
+	defer func() {
+		if raw != nil {
+			s.untrack(raw)
+		}
+	}()
+	c, err := s.dialHeld(address, min(timeout, handshakeTimeout), []byte{purposeCall}, s.holdDial(&raw))
 	if err != nil {
 		return reply, err
 	}

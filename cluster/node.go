@@ -50,7 +50,7 @@ type Node struct {
 	raft   *raft.Raft
 	fsm    *FSM
 	store  *raftboltdb.BoltStore
-	trans  *raft.NetworkTransport
+	trans  *transport
 	stream *streamLayer
 	notify chan bool
 	done   chan struct{} // closed by Close: the watcher ends
@@ -139,9 +139,9 @@ func (n *Node) start(peers []Peer) error {
 		return err
 	}
 	n.stream = stream
-	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	n.trans = newTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog.Named("net"),
-	})
+	}))
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -271,7 +271,15 @@ func (n *Node) Address() string { return n.cfg.RaftAdvertise }
 func (n *Node) Close() error {
 	var err error
 	n.once.Do(func() {
-		err = n.raft.Shutdown().Error()
+		// Raft's shutdown waits for its replication goroutines; one in an
+		// RPC to a peer that went silent (its packets lost) would hold it
+		// until the transport's timeout, one wedged in a pipeline for good
+		// (transport.go). Closing raft's connections and pipelines once
+		// the shutdown has begun ends them at once.
+		shut := n.raft.Shutdown()
+		n.stream.closeDials()
+		n.trans.closePipelines()
+		err = shut.Error()
 		close(n.done)
 		n.wg.Wait()
 		// Raft closes the transport but not its pool of connections to

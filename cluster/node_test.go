@@ -357,7 +357,7 @@ func TestStreamHandshake(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	bad := &streamLayer{token: []byte("another-token-of-16+")}
+	bad := &streamLayer{token: []byte("another-token-of-16+"), dialed: map[net.Conn]bool{}}
 	if _, err := bad.Dial(raft.ServerAddress(addr), time.Second); !errors.Is(err, ErrAuth) {
 		t.Fatalf("dial with a wrong token: %v", err)
 	}

@@ -82,9 +82,15 @@ type streamLayer struct {
 	once  sync.Once
 	wg    sync.WaitGroup // the accept loop and every handshake in flight
 
-	mu      sync.Mutex // guards pending and closed
+	mu      sync.Mutex // guards pending, dialed, closed and dialsClosed
 	pending map[net.Conn]bool
-	closed  bool
+	// dialed are raft's connections to the others (Dial), by their TCP
+	// connection. closeDials ends them: raft's shutdown waits for its
+	// replication goroutines, and one blocked in an RPC to a peer whose
+	// packets were lost would hold it for the transport's timeout.
+	dialed      map[net.Conn]bool
+	closed      bool
+	dialsClosed bool
 }
 
 // ownedConn is a connection the stream layer handed to raft: it stays in
@@ -119,6 +125,19 @@ func (s *streamLayer) untrack(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, c)
+	delete(s.dialed, c)
+}
+
+// closeDials closes raft's connections to the others and refuses new
+// ones: the node is shutting down, and an RPC in flight on a connection
+// whose peer went silent then fails at once instead of at its deadline.
+func (s *streamLayer) closeDials() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dialsClosed = true
+	for c := range s.dialed {
+		c.Close()
+	}
 }
 
 // newStreamLayer listens on address; advertise is the address other nodes
@@ -133,6 +152,7 @@ func newStreamLayer(address, advertise string, token []byte, log *slog.Logger, f
 		ln: ln, advertise: addr(advertise), token: token, log: log, forward: forward, call: call, tls: pt, web: web,
 		refusals: &rateLog{log: log, every: time.Second},
 		conns:    make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]bool{},
+		dialed: map[net.Conn]bool{},
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -241,6 +261,9 @@ func (s *streamLayer) Close() error {
 		for c := range s.pending {
 			c.Close()
 		}
+		for c := range s.dialed {
+			c.Close()
+		}
 		s.mu.Unlock()
 		s.wg.Wait()
 	})
@@ -257,17 +280,53 @@ func (a addr) String() string  { return string(a) }
 // Addr is the advertised address: raft takes it as this node's.
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
-// Dial connects to address and authenticates both ways.
+// Dial connects to address and authenticates both ways; the connection is
+// kept in dialed from its connect, handshake included, until raft closes
+// it (closeDials).
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return s.dial(string(address), timeout, []byte{purposeRaft})
+	var raw net.Conn
+	c, err := s.dialHeld(string(address), timeout, []byte{purposeRaft}, s.holdDial(&raw))
+	if err != nil {
+		if raw != nil {
+			s.untrack(raw)
+		}
+		return nil, err
+	}
+	return ownedConn{Conn: c, raw: raw, s: s}, nil
+}
+
+// holdDial returns a hold for dialHeld that keeps the TCP connection in
+// dialed, and in *raw for its untrack, unless closeDials has run.
+func (s *streamLayer) holdDial(raw *net.Conn) func(net.Conn) error {
+	return func(r net.Conn) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed || s.dialsClosed {
+			return fmt.Errorf("shutting down: %w", net.ErrClosed)
+		}
+		s.dialed[r], *raw = true, r
+		return nil
+	}
 }
 
 // dial connects to address (TLS first when configured), authenticates
 // both ways and sends hello: the purpose byte and what follows it.
 func (s *streamLayer) dial(address string, timeout time.Duration, hello []byte) (net.Conn, error) {
+	return s.dialHeld(address, timeout, hello, nil)
+}
+
+// dialHeld is dial that gives the TCP connection, once connected, to hold
+// (when set) before anything is sent; an error from hold ends the dial.
+func (s *streamLayer) dialHeld(address string, timeout time.Duration, hello []byte, hold func(net.Conn) error) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp", address, timeout)
 	if err != nil {
 		return nil, err
+	}
+	if hold != nil {
+		if err := hold(c); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("cluster: dial %s: %w", address, err)
+		}
 	}
 	if c, err = s.clientTLS(c, address, timeout); err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", address, err)

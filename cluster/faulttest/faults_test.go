@@ -166,9 +166,8 @@ var lossyLeader = fault{name: "lossy-leader-20%", inject: func(f *faultRun) {
 }}
 
 // rollingRestart stops every node with SIGTERM and starts it again, one
-// after the other, the leader last, each once the cluster is whole. (The
-// hand-over variant, POST /api/v1/cluster/transfer before the leader's
-// stop, is not run here.)
+// after the other, the leader last, each once the cluster is whole, with
+// no hand-over before the leader's stop (rollingHandover has one).
 var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 	order := append(f.c.others(f.leader), f.leader)
 	for _, nd := range order {
@@ -187,6 +186,98 @@ var rollingRestart = fault{name: "rolling-restart", inject: func(f *faultRun) {
 		f.awaitLeaderOf(f.c.nodes, 30*time.Second)
 		f.measure("stop→whole again", time.Since(at))
 	}
+}}
+
+// rollingHandover is the rolling restart an operator (or Kubernetes'
+// preStop) does: each node in turn, if it leads, hands leadership over
+// (POST /api/v1/cluster/transfer) and waits until another leads; then it
+// is stopped with SIGTERM, started again on its RAFT_DIR, and the next
+// waits until it is a caught-up voter. The load's longest pause between
+// two grants during each hand-over is measured (the target: 100 ms).
+var rollingHandover = fault{name: "rolling-handover", inject: func(f *faultRun) {
+	for _, nd := range f.c.nodes {
+		if cur, _ := f.awaitLeaderOf(f.c.nodes, 30*time.Second); cur == nd {
+			at := time.Now()
+			code, body, err := nd.webDo("POST", "/api/v1/cluster/transfer", "{}")
+			if err != nil || code != 200 {
+				f.t.Fatalf("hand-over from %s: %d %s %v", nd.id, code, body, err)
+			}
+			nl, _ := f.awaitLeaderOf(f.c.others(nd), 30*time.Second)
+			led := time.Now()
+			f.measure("transfer→new leader", led.Sub(at))
+			time.Sleep(time.Second) // the load under the new leader
+			gap := grantGap(f.r, at, led)
+			f.measure("hand-over: longest gap between grants", gap)
+			f.note("%s handed over to %s in %v, longest gap between grants %v", nd.id, nl.id,
+				led.Sub(at).Round(time.Millisecond), gap.Round(time.Millisecond))
+		}
+		at := time.Now()
+		nd.signal(syscall.SIGTERM)
+		f.measure("SIGTERM→exit", time.Since(at))
+		nd.start(f.t)
+		f.awaitCaughtUp(nd, len(f.c.nodes), 30*time.Second)
+		f.measure("stop→caught-up voter", time.Since(at))
+	}
+}}
+
+// membershipChange removes a follower (DELETE /api/v1/cluster/nodes/{id},
+// asked of a node picked at random among the others), leaves it running —
+// it must tell nobody '+' and change no term — then stops it,
+// wipes its RAFT_DIR and starts it with CLUSTER_JOIN naming another
+// node's web port: it joins as a new member, a non-voter promoted once
+// caught up, until the configuration has as many voters as before.
+// (Until its heartbeat timeout passes it still forwards to the leader,
+// whose answers those are: the check of '+' begins once it names no
+// leader.)
+var membershipChange = fault{name: "membership-change", inject: func(f *faultRun) {
+	nd := f.follower()
+	others := f.c.others(nd)
+	before, err := f.leader.status()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	via := others[f.rng.IntN(len(others))]
+	at := time.Now()
+	code, body, err := via.webDo("DELETE", "/api/v1/cluster/nodes/"+nd.id, "")
+	if err != nil || code != 200 {
+		f.t.Fatalf("remove %s through %s: %d %s %v", nd.id, via.id, code, body, err)
+	}
+	f.measure("remove", time.Since(at))
+	// The removed node hears no more heartbeats; until its heartbeat
+	// timeout passes it still names the leader and forwards clients to
+	// it (the leader decides: its '+' are the leader's). From then on it
+	// must tell nobody '+'.
+	for st, err := nd.status(); err != nil || st.LeaderID != ""; st, err = nd.status() {
+		if time.Since(at) > 10*time.Second {
+			f.t.Fatalf("the removed %s still names leader %q 10 s after its removal (%v)", nd.id, st.LeaderID, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.measure("remove→no leader on the removed node", time.Since(at))
+	f.r.startMinority(nd.i)
+	time.Sleep(time.Second) // the removed node still runs, and is asked
+	f.r.endMinorities()
+	nd.signal(syscall.SIGTERM)
+	if err := os.RemoveAll(nd.dir); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.Mkdir(nd.dir, 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	join := others[f.rng.IntN(len(others))]
+	nd.extra = []string{"CLUSTER_PEERS=", "CLUSTER_JOIN=" + join.web()}
+	joinAt := time.Now()
+	nd.start(f.t)
+	f.awaitCaughtUp(nd, len(f.c.nodes), 60*time.Second)
+	f.measure("join→caught-up voter", time.Since(joinAt))
+	after, err := f.leader.status()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if after.Term != before.Term || after.State != "leader" {
+		f.r.problem("term", "%s removed and joined again, and the term went %d → %d (leader %s now %s)", nd.id, before.Term, after.Term, f.leader.id, after.State)
+	}
+	f.note("%s removed through %s, joined again through %s; term %d before, %d after", nd.id, via.id, join.id, before.Term, after.Term)
 }}
 
 // clockSkew restarts a follower with its lock table's clock an hour off
@@ -244,7 +335,7 @@ var failingWrites = fault{name: "leader-log-writes-fail", inject: func(f *faultR
 func TestClusterFaults3(t *testing.T) {
 	c := startCluster(t, "f3", 31, 3)
 	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killFollower, killAll, stopLeader, partitionLeader,
-		isolateFollower, oneWayCut, lossyLeader, rollingRestart, clockSkew, failingWrites})
+		isolateFollower, oneWayCut, lossyLeader, rollingRestart, rollingHandover, membershipChange, clockSkew, failingWrites})
 }
 
 // TestClusterFaults5 runs the faults of five nodes.

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	lctest.RemoveBinaries()
 	httpc.CloseIdleConnections()
+	adminc.CloseIdleConnections()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "faulttest: goleak:", err)

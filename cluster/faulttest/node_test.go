@@ -228,10 +228,31 @@ func (nd *node) kill() { nd.signal(syscall.SIGKILL) }
 
 // status is what GET /api/v1/cluster answers.
 type status struct {
-	Node     string `json:"node"`
-	State    string `json:"state"`
-	LeaderID string `json:"leader_id"`
-	Term     uint64 `json:"term"`
+	Node         string   `json:"node"`
+	State        string   `json:"state"`
+	LeaderID     string   `json:"leader_id"`
+	Term         uint64   `json:"term"`
+	CommitIndex  uint64   `json:"commit_index"`
+	AppliedIndex uint64   `json:"applied_index"`
+	Nodes        []member `json:"nodes"`
+}
+
+// member is one node of the configuration in a status.
+type member struct {
+	ID       string `json:"id"`
+	Suffrage string `json:"suffrage"`
+}
+
+// voters returns the ids of the configuration's voters, and whether id
+// is one of them.
+func (st status) voters(id string) (n int, isVoter bool) {
+	for _, m := range st.Nodes {
+		if m.Suffrage == "voter" {
+			n++
+			isVoter = isVoter || m.ID == id
+		}
+	}
+	return n, isVoter
 }
 
 var httpc = http.Client{Timeout: time.Second}

@@ -331,11 +331,21 @@ var failingWrites = fault{name: "leader-log-writes-fail", inject: func(f *faultR
 	}
 }}
 
-// TestClusterFaults3 runs every fault on a cluster of three.
+// TestClusterFaults3 runs the faults of processes on a cluster of three:
+// kills, SIGSTOP and the planned restarts and membership changes.
 func TestClusterFaults3(t *testing.T) {
 	c := startCluster(t, "f3", 31, 3)
-	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killFollower, killAll, stopLeader, partitionLeader,
-		isolateFollower, oneWayCut, lossyLeader, rollingRestart, rollingHandover, membershipChange, clockSkew, failingWrites})
+	runFaults(t, c, runsOf(t, 2), []fault{killLeader, killFollower, killAll, stopLeader,
+		rollingRestart, rollingHandover, membershipChange})
+}
+
+// TestClusterFaults3Net runs the faults of the network, the clock and the
+// disk on a cluster of three. It has a network of its own, so that
+// make cluster-soak can run it beside TestClusterFaults3.
+func TestClusterFaults3Net(t *testing.T) {
+	c := startCluster(t, "f3n", 32, 3)
+	runFaults(t, c, runsOf(t, 2), []fault{partitionLeader, isolateFollower, oneWayCut, lossyLeader,
+		clockSkew, failingWrites})
 }
 
 // TestClusterFaults5 runs the faults of five nodes.

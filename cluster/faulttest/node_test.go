@@ -117,6 +117,8 @@ func (nd *node) start(t testing.TB) {
 	nd.mu.Lock()
 	cmd := exec.Command("ip", "netns", "exec", nd.ns, nd.bin)
 	cmd.Env = append(append([]string(nil), nd.env...), nd.extra...)
+	// A harness killed before its cleanup takes its nodes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	nd.extra = nil
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

@@ -401,11 +401,15 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 	// held watches c once it has to wait: a client that hangs up while
 	// held is dropped, never handed on (holdWatch).
 	var held *holdWatch
-	unhold := func() bool {
+	// unhold ends the watch: false when the client left meanwhile (c is
+	// then closed). eofLeaves: a client that closed its side counts as
+	// gone (held for a leader), or as one that waits for its answer (its
+	// connection about to be forwarded).
+	unhold := func(eofLeaves bool) bool {
 		if held != nil {
-			c, held = held.release(), nil
+			c, held = held.release(eofLeaves), nil
 			if c == nil {
-				f.Logger.Debug("cluster: a client hung up while its connection was held for a leader; nothing forwarded")
+				f.Logger.Debug("cluster: a client hung up while its connection waited for the leader; nothing forwarded")
 				return false
 			}
 		}
@@ -416,13 +420,13 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 		e, changed, closed := f.eng, f.changed, f.closed
 		f.mu.Unlock()
 		if closed {
-			if unhold() {
+			if unhold(true) {
 				c.Close()
 			}
 			return
 		}
 		if e != nil {
-			if !unhold() {
+			if !unhold(true) {
 				return
 			}
 			if e.ln.deliver(c) {
@@ -434,24 +438,36 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 		if forwarded && !leads {
 			// A stale hint sent it here: no second hop. The client is
 			// told nothing and retries.
-			if unhold() {
+			if unhold(true) {
 				c.Close()
 			}
 			return
 		}
 		if !leads {
 			if id, addr := f.node.Leader(); id != "" && id != f.node.ID() {
-				if !unhold() {
+				// The dial takes seconds on a bad link: the client is
+				// watched meanwhile, so that one that gives up and
+				// resets its connection is not forwarded after it left
+				// (and maybe settled its request with a reset).
+				if held == nil {
+					held = watchHeld(c)
+				}
+				up, err := f.node.DialForward(addr, c.RemoteAddr().String())
+				if err == nil {
+					if !unhold(false) {
+						discardUnsent(up)
+						up.Close()
+						return
+					}
+					f.proxy(c, up)
 					return
 				}
-				if f.proxy(c, id, addr) {
-					return
-				}
+				f.Logger.Debug("cluster: could not reach the leader to forward a connection", "leader", id, "err", err)
 			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			if unhold() {
+			if unhold(true) {
 				f.noLeader(c)
 			}
 			return
@@ -466,7 +482,11 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 		case <-f.done:
 		case <-held.gone:
 			t.Stop()
-			unhold() // the client hung up: c is closed
+			unhold(true) // the client hung up: c is closed
+			return
+		case <-held.eof:
+			t.Stop()
+			unhold(true) // the client hung up: c is closed
 			return
 		}
 		t.Stop()
@@ -534,21 +554,15 @@ func discardUnsent(c net.Conn) {
 	}
 }
 
-// proxy forwards c to the leader at addr and returns once the forwarded
-// connection has ended; false when the leader could not be reached (c is
-// then still the caller's).
-func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
-	up, err := f.node.DialForward(addr, c.RemoteAddr().String())
-	if err != nil {
-		f.Logger.Debug("cluster: could not reach the leader to forward a connection", "leader", id, "err", err)
-		return false
-	}
+// proxy forwards c to the leader over up, a connection dialled to it, and
+// returns once the forwarded connection has ended.
+func (f *Frontend) proxy(c, up net.Conn) {
 	p := &proxy{client: c, up: up}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		p.close()
-		return true
+		return
 	}
 	f.proxies[p] = struct{}{}
 	f.mu.Unlock()
@@ -579,7 +593,6 @@ func (f *Frontend) proxy(c net.Conn, id, addr string) bool {
 	_, _ = io.Copy(c, up)
 	p.close()
 	wg.Wait()
-	return true
 }
 
 // closeProxies closes every forwarded connection: the leader changed or

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -12,34 +13,40 @@ import (
 // is left to TCP's flow control.
 const maxHeldBytes = 4096
 
-// holdWatch reads a connection while it is held for want of a leader, so
-// that a client that hangs up meanwhile is seen: its connection is then
-// dropped, not handed to a leader found later. A v1 client that gave up
-// and hung up is withdrawn (SPEC §1) and may settle what it asked with a
-// reset (SPEC §8.5); the request it sent before it left must not be
-// carried out after that. What the client sent is kept and read first by
-// whoever takes the connection.
+// holdWatch reads a connection while it waits: held for want of a leader,
+// or while the leader is dialled (seconds on a bad link). A client that
+// hangs up meanwhile is seen, and its connection is then dropped, not
+// handed on. A v1 client that gave up and hung up is withdrawn (SPEC §1)
+// and may settle what it asked with a reset (SPEC §8.5); the request it
+// sent before it left must not be carried out after that. What the client
+// sent is kept and read first by whoever takes the connection.
 type holdWatch struct {
 	c    net.Conn
 	buf  []byte        // what the client sent; the reader's until done is closed
-	gone chan struct{} // closed by the reader when the client hung up or the connection failed
+	gone chan struct{} // closed by the reader when the connection was reset or failed
+	eof  chan struct{} // closed by the reader when the client closed its side
 	done chan struct{} // closed when the reader has ended
 }
 
 // watchHeld starts reading c. The reader ends at release (or when c
-// fails); whoever starts a watch releases it.
+// fails or ends); whoever starts a watch releases it.
 func watchHeld(c net.Conn) *holdWatch {
-	w := &holdWatch{c: c, gone: make(chan struct{}), done: make(chan struct{})}
+	w := &holdWatch{c: c, gone: make(chan struct{}), eof: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		b := make([]byte, 512)
 		for len(w.buf) < maxHeldBytes {
 			n, err := c.Read(b)
 			w.buf = append(w.buf, b[:n]...)
-			if err != nil {
-				if !errors.Is(err, os.ErrDeadlineExceeded) {
-					close(w.gone)
-				}
+			switch {
+			case err == nil:
+			case errors.Is(err, io.EOF):
+				close(w.eof)
+				return
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				return
+			default:
+				close(w.gone)
 				return
 			}
 		}
@@ -48,17 +55,26 @@ func watchHeld(c net.Conn) *holdWatch {
 }
 
 // release stops the reader and returns the connection to hand on (what
-// was read from it comes first), or nil when the client hung up or the
-// connection failed: c is then closed.
-func (w *holdWatch) release() net.Conn {
+// was read from it comes first), or nil when the client left: c is then
+// closed. The client left when its connection was reset or failed, and,
+// if eofLeaves, when it closed its side: held for a leader that is a
+// hang-up; on a connection about to be forwarded it is the half-close of
+// a client that sent its request and waits for the answer, passed on.
+func (w *holdWatch) release(eofLeaves bool) net.Conn {
 	_ = w.c.SetReadDeadline(time.Now())
 	<-w.done
 	_ = w.c.SetReadDeadline(time.Time{})
+	left := false
 	select {
 	case <-w.gone:
+		left = true
+	case <-w.eof:
+		left = eofLeaves
+	default:
+	}
+	if left {
 		w.c.Close()
 		return nil
-	default:
 	}
 	if len(w.buf) == 0 {
 		return w.c

@@ -117,3 +117,50 @@ func TestForwardedBytesOfAClosedProxyAreNotDeliveredLater(t *testing.T) {
 		}
 	}
 }
+
+// TestAClientThatLeftWhileTheLeaderWasDialledIsNotForwarded: a follower
+// forwards a new connection once it has dialled the leader, which takes
+// seconds when the link is bad. A v1 client that gives up meanwhile and
+// resets its connection has been told nothing, and may settle its request
+// with a reset of its source; what it sent must not reach the leader once
+// the dial succeeds (a v1 Unlock so delivered released a session's grant
+// in the fault harness, under lossy-leader-20%).
+func TestAClientThatLeftWhileTheLeaderWasDialledIsNotForwarded(t *testing.T) {
+	c := startCluster(t, "d3", 36, 3)
+	leader := c.awaitLeader(c.nodes, 30*time.Second)
+	f := c.others(leader)[0]
+	const key = "dialled/k"
+	if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "holder"}, 5*time.Second); a != '+' {
+		t.Fatalf("TryLock through the leader: %q", a)
+	}
+	// The follower's packets to the leader dropped: it still hears the
+	// leader's heartbeats and names it, but its dial waits for a SYN to
+	// get through.
+	c.net.cut(f.i, leader.i)
+	b, err := protocol.Frame{Action: protocol.Unlock, Key: key, Source: "gone"}.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", f.client(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.(*net.TCPConn).SetLinger(0)
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var ans [1]byte
+	if n, _ := conn.Read(ans[:]); n > 0 {
+		t.Fatalf("the follower cut off from the leader answered %q", ans[0])
+	}
+	conn.Close() // a reset: the client gave up, told nothing
+	time.Sleep(200 * time.Millisecond)
+	c.net.heal() // the dial's next SYN gets through
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "prober"}, 5*time.Second); a != '#' {
+			t.Fatalf("TryLock of %s, held by another, answered %q: the Unlock of a client that had left was forwarded once the dial succeeded\n%s",
+				key, a, tail(f.log.String(), 30))
+		}
+	}
+}

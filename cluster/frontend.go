@@ -484,10 +484,6 @@ func (f *Frontend) route(c net.Conn, forwarded bool) {
 			t.Stop()
 			unhold(true) // the client hung up: c is closed
 			return
-		case <-held.eof:
-			t.Stop()
-			unhold(true) // the client hung up: c is closed
-			return
 		}
 		t.Stop()
 	}

@@ -23,30 +23,26 @@ const maxHeldBytes = 4096
 type holdWatch struct {
 	c    net.Conn
 	buf  []byte        // what the client sent; the reader's until done is closed
-	gone chan struct{} // closed by the reader when the connection was reset or failed
-	eof  chan struct{} // closed by the reader when the client closed its side
+	eof  bool          // gone by closing its side, not by a reset or failure; the reader's until done is closed
+	gone chan struct{} // closed by the reader when the client closed its side, reset or the connection failed
 	done chan struct{} // closed when the reader has ended
 }
 
 // watchHeld starts reading c. The reader ends at release (or when c
 // fails or ends); whoever starts a watch releases it.
 func watchHeld(c net.Conn) *holdWatch {
-	w := &holdWatch{c: c, gone: make(chan struct{}), eof: make(chan struct{}), done: make(chan struct{})}
+	w := &holdWatch{c: c, gone: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		b := make([]byte, 512)
 		for len(w.buf) < maxHeldBytes {
 			n, err := c.Read(b)
 			w.buf = append(w.buf, b[:n]...)
-			switch {
-			case err == nil:
-			case errors.Is(err, io.EOF):
-				close(w.eof)
-				return
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				return
-			default:
-				close(w.gone)
+			if err != nil {
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					w.eof = errors.Is(err, io.EOF)
+					close(w.gone)
+				}
 				return
 			}
 		}
@@ -64,17 +60,13 @@ func (w *holdWatch) release(eofLeaves bool) net.Conn {
 	_ = w.c.SetReadDeadline(time.Now())
 	<-w.done
 	_ = w.c.SetReadDeadline(time.Time{})
-	left := false
 	select {
 	case <-w.gone:
-		left = true
-	case <-w.eof:
-		left = eofLeaves
+		if !w.eof || eofLeaves {
+			w.c.Close()
+			return nil
+		}
 	default:
-	}
-	if left {
-		w.c.Close()
-		return nil
 	}
 	if len(w.buf) == 0 {
 		return w.c
@@ -97,3 +89,19 @@ func (h *heldConn) Read(p []byte) (int, error) {
 	}
 	return h.Conn.Read(p)
 }
+
+// WriteTo and ReadFrom send the held bytes first and leave the rest to the
+// connection's own io.Copy paths (splice(2) between TCP sockets): every
+// forwarded connection goes through a watch while the leader is dialled.
+func (h *heldConn) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(h.buf)
+	h.buf = nil
+	if err != nil {
+		return int64(n), err
+	}
+	m, err := io.Copy(w, h.Conn)
+	return int64(n) + m, err
+}
+
+// ReadFrom writes what r gives to the connection.
+func (h *heldConn) ReadFrom(r io.Reader) (int64, error) { return io.Copy(h.Conn, r) }

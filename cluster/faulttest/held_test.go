@@ -111,10 +111,8 @@ func TestForwardedBytesOfAClosedProxyAreNotDeliveredLater(t *testing.T) {
 	// whatever TCP still held would arrive within a few retransmissions.
 	c.net.heal()
 	c.awaitLeader(c.nodes, 30*time.Second)
-	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "prober"}, 5*time.Second); a != '#' {
-			t.Fatalf("after the heal, TryLock of %s held by another answered %q: the reset sent through the cut-off follower, which closed the connection, was delivered late", key, a)
-		}
+	if a := heldThroughout(t, leader, key, 8*time.Second); a != '#' {
+		t.Fatalf("after the heal, TryLock of %s held by another answered %q: the reset sent through the cut-off follower, which closed the connection, was delivered late", key, a)
 	}
 }
 
@@ -155,12 +153,22 @@ func TestAClientThatLeftWhileTheLeaderWasDialledIsNotForwarded(t *testing.T) {
 		t.Fatalf("the follower cut off from the leader answered %q", ans[0])
 	}
 	conn.Close() // a reset: the client gave up, told nothing
-	time.Sleep(200 * time.Millisecond)
-	c.net.heal() // the dial's next SYN gets through
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+	c.net.heal() // the dial's next SYN, a second after the first, gets through
+	if a := heldThroughout(t, leader, key, 5*time.Second); a != '#' {
+		t.Fatalf("TryLock of %s, held by another, answered %q: the Unlock of a client that had left was forwarded once the dial succeeded\n%s",
+			key, a, tail(f.log.String(), 30))
+	}
+}
+
+// heldThroughout asks the leader every 250 ms, for d, whether key is still
+// held by another (a TryLock answered '#'); it returns the first other
+// answer, or '#'.
+func heldThroughout(t *testing.T, leader *node, key string, d time.Duration) byte {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 		if a := v1Once(t, leader.client(), protocol.Frame{Action: protocol.TryLock, Key: key, Source: "prober"}, 5*time.Second); a != '#' {
-			t.Fatalf("TryLock of %s, held by another, answered %q: the Unlock of a client that had left was forwarded once the dial succeeded\n%s",
-				key, a, tail(f.log.String(), 30))
+			return a
 		}
 	}
+	return '#'
 }

@@ -413,24 +413,10 @@ func TestClusterClientDNSName(t *testing.T) {
 // moment ago; the test skips when this host has no IPv6 loopback.
 func sharedLoopbackPort(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		l4, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(l4.Addr().String())
-		l6, err := net.Listen("tcp", "[::1]:"+port)
-		l4.Close()
-		if err == nil {
-			l6.Close()
-			return port
-		}
-		l, err := net.Listen("tcp", "[::1]:0")
-		if err != nil {
-			t.Skipf("no IPv6 loopback here (%v): two records on one port need 127.0.0.1 and ::1", err)
-		}
-		l.Close()
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here (%v): two records on one port need 127.0.0.1 and ::1", err)
 	}
-	t.Fatal("no port free on both 127.0.0.1 and ::1")
-	return ""
+	l.Close()
+	return lctest.FreeSharedPort(t, "127.0.0.1", "::1")
 }

@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,14 +90,73 @@ func RemoveBinaries() {
 
 // FreePort returns a loopback address nobody listened on a moment ago, for
 // the servers that must be told their address before they start.
+//
+// The port is below the kernel's ephemeral range: a port the kernel hands
+// out for ":0" is also one it may give to any outgoing connection (a
+// node dialling its peers, a client of a test running beside) between the
+// pick and the server's own bind, which made "address already in use" a
+// rare failure. Ports are not handed out twice in one test process.
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return "127.0.0.1:" + FreeSharedPort(t, "127.0.0.1")
+}
+
+// FreeSharedPort returns a port below the ephemeral range that every one
+// of hosts (loopback addresses such as "127.0.0.1" and "::1") could bind a
+// moment ago; see FreePort.
+func FreeSharedPort(t testing.TB, hosts ...string) string {
+	t.Helper()
+	lo, hi := portRange()
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 1000 {
+		port := lo + rand.IntN(hi-lo)
+		if portsGiven[port] || !bindable(port, hosts) {
+			continue
+		}
+		portsGiven[port] = true
+		return strconv.Itoa(port)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("no port in [%d, %d) free on %v", lo, hi, hosts)
+	return ""
+}
+
+var (
+	portMu     sync.Mutex       // guards portsGiven
+	portsGiven = map[int]bool{} // ports FreeSharedPort returned in this process
+)
+
+// portRange is where FreeSharedPort picks: from 10000 up to the first
+// ephemeral port (32768 when the kernel does not say).
+func portRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if first, err := strconv.Atoi(f[0]); err == nil && first > lo+1000 {
+			hi = first
+		}
+	}
+	return lo, hi
+}
+
+func bindable(port int, hosts []string) bool {
+	var open []net.Listener
+	defer func() {
+		for _, l := range open {
+			l.Close()
+		}
+	}()
+	for _, h := range hosts {
+		l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		open = append(open, l)
+	}
+	return true
 }
 
 // SyncBuffer collects what a process or a logger writes while a test reads
